@@ -1,0 +1,232 @@
+"""Canonical CBOR, blake3 object ids and the compression framing of stored values.
+
+The encoding is RFC 8949 core deterministic CBOR with the DAG-CBOR restrictions: maps have text keys
+only, sorted by their encoded bytes (shorter first, then bytewise); integers and lengths in their
+shortest form; floats in the shortest of half, single and double precision that keeps the value; no
+indefinite lengths, no tags, no NaN or infinities; one top-level item. `decode` rejects any bytes that
+would not re-encode to themselves, so every value has exactly one encoding and one object id.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Mapping
+from typing import Any, NewType
+
+import blake3
+import cbor2
+import zstandard
+
+from .errors import EncodingError, InvalidInput
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_OBJECT_SIZE",
+    "OID_SIZE",
+    "ObjectId",
+    "compress",
+    "decode",
+    "decompress",
+    "encode",
+    "from_hex",
+    "object_id",
+    "to_hex",
+]
+
+ObjectId = NewType("ObjectId", bytes)
+"""A raw 32-byte blake3-256 digest of an object's canonical bytes."""
+
+OID_SIZE = 32
+MAX_DEPTH = 200
+"""Deepest nesting of arrays and maps a value may have."""
+MAX_OBJECT_SIZE = 64 * 1024 * 1024
+"""Largest canonical object, in bytes, that is decoded or decompressed."""
+
+_INT_MIN = -(2**64)
+_INT_MAX = 2**64 - 1
+
+
+def object_id(data: bytes) -> ObjectId:
+    """The object id of canonical bytes: their blake3-256 digest."""
+    return ObjectId(blake3.blake3(data).digest())
+
+
+def to_hex(oid: bytes) -> str:
+    """The public, hex spelling of an object id."""
+    return oid.hex()
+
+
+def from_hex(text: str) -> ObjectId:
+    """Parse the hex spelling of an object id."""
+    if not isinstance(text, str) or len(text) != 2 * OID_SIZE:
+        raise InvalidInput(f"not an object id: {text!r} (expected {2 * OID_SIZE} hex digits)")
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        raise InvalidInput(f"not an object id: {text!r} (expected {2 * OID_SIZE} hex digits)") from None
+    return ObjectId(raw)
+
+
+def _check(value: Any, depth: int, path: str) -> None:
+    t = type(value)
+    if t is str or t is bool or value is None or t is bytes:
+        return
+    if t is int:
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise EncodingError(f"integer at {path or '/'} does not fit in 64 bits: {value}")
+        return
+    if t is float:
+        if not math.isfinite(value):
+            raise EncodingError(f"{value} at {path or '/'} is not allowed (no NaN or infinities)")
+        return
+    if depth >= MAX_DEPTH:
+        raise EncodingError(f"value nested deeper than {MAX_DEPTH} levels at {path or '/'}")
+    if t is list:
+        for i, item in enumerate(value):
+            _check(item, depth + 1, f"{path}/{i}")
+        return
+    if t is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                raise EncodingError(f"map key {key!r} at {path or '/'} is not text; keys must be strings")
+            _check(item, depth + 1, f"{path}/{key}")
+        return
+    raise EncodingError(f"cannot encode {t.__name__} at {path or '/'}; "
+                        "values are None, bool, int, float, str, bytes, list or dict")
+
+
+def encode(value: Any) -> bytes:
+    """The canonical CBOR bytes of a value (None, bool, int, float, str, bytes, list, dict)."""
+    _check(value, 0, "")
+    return cbor2.dumps(value, canonical=True)
+
+
+def _reject_tag(decoder: Any, tag: Any) -> Any:
+    raise EncodingError(f"CBOR tag {tag.tag} is not allowed")
+
+
+def decode(data: bytes) -> Any:
+    """Decode canonical CBOR, rejecting anything that would not re-encode to the same bytes."""
+    if len(data) > MAX_OBJECT_SIZE:
+        raise EncodingError(f"object of {len(data)} bytes is over the {MAX_OBJECT_SIZE}-byte limit")
+    try:
+        value = cbor2.loads(data, tag_hook=_reject_tag)
+    except EncodingError:
+        raise
+    except RecursionError:
+        raise EncodingError(f"CBOR nested too deeply (limit {MAX_DEPTH})") from None
+    except Exception as exc:  # cbor2 raises CBORDecodeError, ValueError, TypeError, ...
+        raise EncodingError(f"not valid CBOR: {exc}") from None
+    try:
+        again = encode(value)
+    except RecursionError:
+        raise EncodingError(f"CBOR nested too deeply (limit {MAX_DEPTH})") from None
+    if again != data:
+        raise EncodingError(_why_not_canonical(data, again))
+    return value
+
+
+def _why_not_canonical(data: bytes, again: bytes) -> str:
+    if len(again) < len(data) and data.startswith(again):
+        return f"not canonical CBOR: {len(data) - len(again)} bytes after the top-level item"
+    at = next((i for i, (a, b) in enumerate(zip(data, again, strict=False)) if a != b), min(len(data), len(again)))
+    return (f"not canonical CBOR: differs from its canonical form at byte {at} "
+            "(unsorted or duplicate map keys, non-shortest integer, length or float, or indefinite length)")
+
+
+# Stored values start with a codec byte, so the storage format can evolve without rehashing.
+RAW = 0x00
+ZSTD = 0x01
+ZSTD_DICT = 0x02
+
+_local = threading.local()
+
+
+def _compressor(dictionary: zstandard.ZstdCompressionDict | None, level: int) -> zstandard.ZstdCompressor:
+    cache = _local.__dict__.setdefault("c", {})
+    key = (id(dictionary) if dictionary is not None else None, level)
+    cctx = cache.get(key)
+    if cctx is None:
+        cctx = zstandard.ZstdCompressor(level=level, dict_data=dictionary, write_content_size=True,
+                                        write_dict_id=False)
+        cache[key] = cctx
+    return cctx
+
+
+def _decompressor(dictionary: zstandard.ZstdCompressionDict | None) -> zstandard.ZstdDecompressor:
+    cache = _local.__dict__.setdefault("d", {})
+    key = id(dictionary) if dictionary is not None else None
+    dctx = cache.get(key)
+    if dctx is None:
+        dctx = zstandard.ZstdDecompressor(dict_data=dictionary)
+        cache[key] = dctx
+    return dctx
+
+
+def compress(data: bytes, *, level: int = 3, dictionary: zstandard.ZstdCompressionDict | None = None,
+             dict_id: int = 0) -> bytes:
+    """Frame canonical bytes for storage: a codec byte, then raw or zstd-compressed bytes.
+
+    With a dictionary, `dict_id` (a 32-bit number the store chose for it) is written after the codec
+    byte. The smaller of raw and compressed is kept.
+    """
+    packed = _compressor(dictionary, level).compress(data)
+    if dictionary is not None:
+        framed = bytes([ZSTD_DICT]) + dict_id.to_bytes(4, "big") + packed
+    else:
+        framed = bytes([ZSTD]) + packed
+    if len(framed) >= len(data) + 1:
+        return bytes([RAW]) + data
+    return framed
+
+
+def decompress(value: bytes, *, dictionaries: Mapping[int, zstandard.ZstdCompressionDict] | None = None,
+               max_size: int = MAX_OBJECT_SIZE) -> bytes:
+    """Undo `compress`, refusing output larger than `max_size` before producing it."""
+    if not value:
+        raise EncodingError("empty stored value (no codec byte)")
+    codec = value[0]
+    if codec == RAW:
+        if len(value) - 1 > max_size:
+            raise EncodingError(f"object of {len(value) - 1} bytes is over the {max_size}-byte limit")
+        return bytes(value[1:])
+    if codec == ZSTD:
+        return _unzstd(value[1:], None, max_size)
+    if codec == ZSTD_DICT:
+        dict_id = int.from_bytes(value[1:5], "big")
+        dictionary = (dictionaries or {}).get(dict_id)
+        if dictionary is None:
+            raise EncodingError(f"stored value needs compression dictionary {dict_id}, which is not loaded")
+        return _unzstd(value[5:], dictionary, max_size)
+    raise EncodingError(f"unknown codec byte 0x{codec:02x} in stored value")
+
+
+def _unzstd(frame: bytes, dictionary: zstandard.ZstdCompressionDict | None, max_size: int) -> bytes:
+    try:
+        declared = zstandard.frame_content_size(frame)
+    except zstandard.ZstdError as exc:
+        raise EncodingError(f"corrupt zstd frame: {exc}") from None
+    if declared > max_size:
+        raise EncodingError(f"zstd frame declares {declared} bytes, over the {max_size}-byte limit")
+    dctx = _decompressor(dictionary)
+    try:
+        if declared >= 0:
+            out = dctx.decompress(frame, max_output_size=max_size)
+        else:
+            out = _bounded_stream(dctx, frame, max_size)
+    except zstandard.ZstdError as exc:
+        raise EncodingError(f"corrupt zstd frame: {exc}") from None
+    if declared >= 0 and len(out) != declared:
+        raise EncodingError(f"zstd frame declares {declared} bytes but holds {len(out)}")
+    return out
+
+
+def _bounded_stream(dctx: zstandard.ZstdDecompressor, frame: bytes, max_size: int) -> bytes:
+    out = bytearray()
+    with dctx.stream_reader(frame) as reader:
+        while chunk := reader.read(1 << 16):
+            out += chunk
+            if len(out) > max_size:
+                raise EncodingError(f"zstd frame inflates past the {max_size}-byte limit")
+    return bytes(out)
