@@ -1,13 +1,43 @@
-"""The object store protocol: what a history reads and writes objects through."""
+"""The object store protocols and the transaction that both backends share.
+
+A store holds four kinds of record: objects (id -> canonical bytes, with the time each was written),
+refs (name -> object id), reflogs (name -> append-only list of records) and config (key -> bytes).
+`ObjectSource`/`ObjectStore` are what a history needs; `TransactionalStore` adds the transaction through
+which the repository moves refs and writes objects atomically.
+
+A write transaction reads the backend live (inside the backend's own write transaction, so it sees a
+consistent state and holds the single writer slot) and buffers its writes in a `WriteSet`. On success the
+backend applies the buffer in one atomic commit; on an exception the buffer is dropped and nothing
+changes. Buffering is what lets the LMDB store grow a full map and retry the commit without re-running
+the caller's code: the reads the caller made are re-checked first, and if another writer changed any of
+them the commit fails with `StoreError` instead of applying decisions made on stale values.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
-from ..codec import ObjectId
+from ..codec import OID_SIZE, ObjectId, to_hex
+from ..errors import InvalidInput, MissingObject, StoreError
 
-__all__ = ["ObjectSource", "ObjectStore"]
+__all__ = [
+    "MAX_KEY_BYTES",
+    "ObjectSource",
+    "ObjectStore",
+    "Snapshot",
+    "StoreStats",
+    "Transaction",
+    "TransactionalStore",
+    "WriteSet",
+    "check_name",
+    "check_oid",
+]
+
+MAX_KEY_BYTES = 480
+"""Longest ref name or config key, in UTF-8 bytes (LMDB keys are at most 511 bytes; reflog keys add 9)."""
 
 
 @runtime_checkable
@@ -41,4 +71,334 @@ class ObjectStore(ObjectSource, Protocol):
 
     def __len__(self) -> int:
         """How many objects are held."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """What a store holds and what it costs: for `ctxstore stats` and benchmarks."""
+
+    objects: int
+    """How many objects are held."""
+    object_bytes: int
+    """Sum of the objects' canonical (uncompressed) sizes."""
+    stored_bytes: int
+    """Sum of the objects' stored sizes (codec byte and compressed bytes)."""
+    file_bytes: int
+    """Bytes the backend occupies for everything (LMDB: pages in use in the data file)."""
+
+
+def check_oid(oid: object) -> ObjectId:
+    """Check that a value is a raw 32-byte object id, so bad input cannot reach the database."""
+    if type(oid) is not bytes or len(oid) != OID_SIZE:
+        raise InvalidInput(f"not an object id: {oid!r} (expected {OID_SIZE} raw bytes; "
+                           "use codec.from_hex for hex text)")
+    return ObjectId(oid)
+
+
+def check_name(name: object, what: str = "ref name") -> bytes:
+    """The UTF-8 key for a ref name or config key; rejects what the key layout cannot hold."""
+    if not isinstance(name, str) or not name:
+        raise InvalidInput(f"{what} must be a non-empty string, not {name!r}")
+    if "\x00" in name:
+        raise InvalidInput(f"{what} {name!r} contains a NUL character")
+    try:
+        key = name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} {name!r} is not valid Unicode text") from None
+    if len(key) > MAX_KEY_BYTES:
+        raise InvalidInput(f"{what} {name[:40]!r}... is {len(key)} bytes long; the limit is {MAX_KEY_BYTES}")
+    return key
+
+
+class Snapshot(Protocol):
+    """A backend's consistent view inside one transaction: what `Transaction` reads through."""
+
+    def get(self, oid: ObjectId) -> bytes | None:
+        """The canonical bytes of an object, or None."""
+        ...
+
+    def has(self, oid: ObjectId) -> bool:
+        """Whether the object is held."""
+        ...
+
+    def written_at(self, oid: ObjectId) -> int | None:
+        """When the object was last written, in ms since the epoch, or None if absent."""
+        ...
+
+    def get_ref(self, name: str) -> ObjectId | None:
+        """The object a ref points at, or None."""
+        ...
+
+    def refs(self, prefix: str) -> dict[str, ObjectId]:
+        """Every ref whose name starts with `prefix`."""
+        ...
+
+    def reflog(self, name: str) -> list[bytes]:
+        """A ref's reflog records, newest first."""
+        ...
+
+    def reflog_names(self) -> list[str]:
+        """Every name that has a reflog (deleted refs too), sorted."""
+        ...
+
+    def get_config(self, key: str) -> bytes | None:
+        """A config value, or None."""
+        ...
+
+
+@dataclass(slots=True)
+class WriteSet:
+    """The writes of one transaction, applied by the backend in one atomic commit."""
+
+    objects: dict[ObjectId, bytes] = field(default_factory=dict)
+    deleted: set[ObjectId] = field(default_factory=set)
+    refs: dict[str, ObjectId | None] = field(default_factory=dict)
+    reflog_cleared: set[str] = field(default_factory=set)
+    """Reflogs deleted before this transaction's appends (which `reflog_appends` then holds)."""
+    reflog_appends: dict[str, list[bytes]] = field(default_factory=dict)
+    config: dict[str, bytes | None] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.objects or self.deleted or self.refs or self.reflog_cleared
+                    or self.reflog_appends or self.config)
+
+    def size_hint(self) -> int:
+        """Roughly how many bytes applying this will write before compression."""
+        return (sum(len(d) + 64 for d in self.objects.values()) + 48 * len(self.deleted)
+                + sum(len(r) + 64 for rs in self.reflog_appends.values() for r in rs)
+                + 96 * len(self.refs) + sum(len(v or b"") + 64 for v in self.config.values()))
+
+
+class Transaction:
+    """One transaction on a store: consistent reads and, when writable, all-or-nothing writes.
+
+    Get one from `store.transaction(write=True)` and use it only inside the ``with`` block, in the thread
+    that opened it. Reads see this transaction's own writes. Nothing is visible to anyone else until the
+    block exits normally; if it raises, every write is discarded.
+    """
+
+    __slots__ = ("_closed", "_reads", "_snap", "_writes")
+
+    def __init__(self, snapshot: Snapshot, *, write: bool) -> None:
+        self._snap = snapshot
+        self._writes: WriteSet | None = WriteSet() if write else None
+        # What was read from the backend, so a retried commit can check nothing it depended on moved.
+        self._reads: list[tuple[str, Any, Any]] = []
+        self._closed = False
+
+    # -- plumbing used by the backends ----------------------------------------------------------------
+
+    @property
+    def writable(self) -> bool:
+        """Whether this transaction may write."""
+        return self._writes is not None
+
+    def _writeset(self) -> WriteSet:
+        if self._closed:
+            raise StoreError("transaction already ended; open a new one with store.transaction()")
+        if self._writes is None:
+            raise StoreError("this transaction is read-only; open it with store.transaction(write=True)")
+        return self._writes
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("transaction already ended; open a new one with store.transaction()")
+
+    def _track(self, kind: str, key: Any, value: Any) -> Any:
+        if self._writes is not None:
+            self._reads.append((kind, key, value))
+        return value
+
+    def _end(self) -> None:
+        self._closed = True
+
+    def _rebind(self, snapshot: Snapshot) -> bool:
+        """Point at a fresh backend snapshot; True if everything read so far still reads the same."""
+        self._snap = snapshot
+        readers: dict[str, Callable[[Any], Any]] = {
+            "has": snapshot.has, "written_at": snapshot.written_at, "ref": snapshot.get_ref,
+            "refs": snapshot.refs, "reflog": snapshot.reflog, "config": snapshot.get_config,
+            "reflog_names": lambda _key: snapshot.reflog_names(),
+        }
+        return all(readers[kind](key) == value for kind, key, value in self._reads)
+
+    # -- objects -------------------------------------------------------------------------------------------
+
+    def get(self, oid: ObjectId) -> bytes:
+        """The canonical bytes of an object; `MissingObject` if absent."""
+        self._check_open()
+        w = self._writes
+        if w is not None:
+            if oid in w.objects:
+                return w.objects[oid]
+            if oid in w.deleted:
+                raise MissingObject(f"object {to_hex(oid)} was deleted in this transaction")
+        data = self._snap.get(oid)
+        self._track("has", oid, data is not None)
+        if data is None:
+            raise MissingObject(f"object {to_hex(oid)} is not in the store")
+        return data
+
+    def has(self, oid: ObjectId) -> bool:
+        """Whether the object is held (counting this transaction's writes)."""
+        self._check_open()
+        w = self._writes
+        if w is not None:
+            if oid in w.objects:
+                return True
+            if oid in w.deleted:
+                return False
+        return self._track("has", oid, self._snap.has(oid))
+
+    def written_at(self, oid: ObjectId) -> int | None:
+        """When the object was last written (ms since the epoch), or None if it is not held."""
+        self._check_open()
+        if self._writes is not None and oid in self._writes.deleted:
+            return None
+        return self._track("written_at", oid, self._snap.written_at(oid))
+
+    def put_objects(self, objects: Iterable[tuple[ObjectId, bytes]]) -> int:
+        """Write objects (id, canonical bytes); returns how many the store did not already hold.
+
+        Writing an object the store holds refreshes its write time, so gc's grace period protects it
+        for the writer that is about to point a ref at it.
+        """
+        w = self._writeset()
+        new = 0
+        for oid, data in objects:
+            check_oid(oid)
+            if not isinstance(data, bytes | bytearray | memoryview):
+                raise InvalidInput(f"object {to_hex(oid)}: data must be bytes, not {type(data).__name__}")
+            if not self.has(oid):
+                new += 1
+            w.deleted.discard(oid)
+            w.objects[oid] = bytes(data)
+        return new
+
+    def delete_objects(self, oids: Iterable[ObjectId]) -> int:
+        """Delete objects; returns how many were held."""
+        w = self._writeset()
+        gone = 0
+        for oid in oids:
+            check_oid(oid)
+            if self.has(oid):
+                gone += 1
+            w.objects.pop(oid, None)
+            w.deleted.add(oid)
+        return gone
+
+    # -- refs ---------------------------------------------------------------------------------------------
+
+    def get_ref(self, name: str) -> ObjectId | None:
+        """The object a ref points at, or None if the ref does not exist. Names are taken as given."""
+        self._check_open()
+        check_name(name)
+        if self._writes is not None and name in self._writes.refs:
+            return self._writes.refs[name]
+        return self._track("ref", name, self._snap.get_ref(name))
+
+    def set_ref(self, name: str, oid: ObjectId | None) -> None:
+        """Point a ref at an object, or delete it with None. Validating names is the refs layer's job."""
+        w = self._writeset()
+        check_name(name)
+        if oid is not None:
+            check_oid(oid)
+        w.refs[name] = oid
+
+    def refs(self, prefix: str = "") -> dict[str, ObjectId]:
+        """Every ref whose name starts with `prefix`, sorted by name."""
+        self._check_open()
+        found = dict(self._track("refs", prefix, self._snap.refs(prefix)))
+        if self._writes is not None:
+            for name, oid in self._writes.refs.items():
+                if name.startswith(prefix):
+                    if oid is None:
+                        found.pop(name, None)
+                    else:
+                        found[name] = oid
+        return dict(sorted(found.items()))
+
+    # -- reflogs ------------------------------------------------------------------------------------------
+
+    def append_reflog(self, name: str, record: bytes) -> None:
+        """Append a record to a ref's reflog (the refs layer decides what a record holds)."""
+        w = self._writeset()
+        check_name(name)
+        if not isinstance(record, bytes):
+            raise InvalidInput(f"reflog record must be bytes, not {type(record).__name__}")
+        w.reflog_appends.setdefault(name, []).append(record)
+
+    def reflog(self, name: str, limit: int | None = None) -> list[bytes]:
+        """A ref's reflog records, newest first (at most `limit` of them)."""
+        self._check_open()
+        check_name(name)
+        mine: list[bytes] = []
+        stored: list[bytes] = []
+        w = self._writes
+        if w is not None:
+            mine = list(reversed(w.reflog_appends.get(name, [])))
+        if w is None or name not in w.reflog_cleared:
+            stored = self._track("reflog", name, self._snap.reflog(name))
+        records = mine + stored
+        return records if limit is None else records[:limit]
+
+    def delete_reflog(self, name: str) -> None:
+        """Drop a ref's whole reflog (for rename and reflog expiry; deleting a ref keeps its log)."""
+        w = self._writeset()
+        check_name(name)
+        w.reflog_cleared.add(name)
+        w.reflog_appends.pop(name, None)
+
+    def reflog_names(self) -> list[str]:
+        """Every name that has a reflog, deleted refs included, sorted."""
+        self._check_open()
+        names = set(self._track("reflog_names", None, self._snap.reflog_names()))
+        w = self._writes
+        if w is not None:
+            names -= w.reflog_cleared
+            names |= {n for n, rs in w.reflog_appends.items() if rs}
+        return sorted(names)
+
+    # -- config -------------------------------------------------------------------------------------------
+
+    def get_config(self, key: str) -> bytes | None:
+        """A config value, or None."""
+        self._check_open()
+        check_name(key, "config key")
+        if self._writes is not None and key in self._writes.config:
+            return self._writes.config[key]
+        return self._track("config", key, self._snap.get_config(key))
+
+    def set_config(self, key: str, value: bytes | None) -> None:
+        """Set a config value, or delete it with None."""
+        w = self._writeset()
+        check_name(key, "config key")
+        if value is not None and not isinstance(value, bytes):
+            raise InvalidInput(f"config value for {key!r} must be bytes or None, not {type(value).__name__}")
+        w.config[key] = value
+
+
+@runtime_checkable
+class TransactionalStore(ObjectStore, Protocol):
+    """An object store that also holds refs, reflogs and config, changed together in transactions."""
+
+    def transaction(self, *, write: bool = False) -> AbstractContextManager[Transaction]:
+        """A transaction; with write=True its writes apply atomically when the block exits normally."""
+        ...
+
+    def written_at(self, oid: ObjectId) -> int | None:
+        """When the object was last written (ms since the epoch), or None if it is not held."""
+        ...
+
+    def stored_size(self, oid: ObjectId) -> int:
+        """Bytes the object occupies as stored (after compression); `MissingObject` if absent."""
+        ...
+
+    def stats(self) -> StoreStats:
+        """Object count and sizes, canonical and as stored."""
+        ...
+
+    def close(self) -> None:
+        """Release the store's resources; using it afterwards is an error."""
         ...

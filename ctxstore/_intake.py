@@ -1,0 +1,178 @@
+"""Turning user input (messages, entry inputs, patches) into stored form, and stored form back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .codec import ObjectId, encode
+from .errors import EncodingError, InvalidInput
+from .objects import BLOB_THRESHOLD, ENTRY_KINDS, PATCH_OPS, Blob, Entry, encode_object
+from ._workspace import new_entry_id
+
+__all__ = ["check_patch", "expand_message", "intake_copy", "intake_entry", "plain_copy", "stored_patch"]
+
+
+def plain_copy(value: Any) -> Any:
+    """A deep copy of stored data (dicts, lists and immutable scalars)."""
+    t = type(value)
+    if t is dict:
+        return {k: plain_copy(v) for k, v in value.items()}
+    if t is list:
+        return [plain_copy(v) for v in value]
+    return value
+
+
+def intake_copy(value: Any, path: str = "") -> Any:
+    """A deep copy of JSON-like input (dicts, lists, str, numbers, bool, None); tuples become lists.
+
+    Objects with `model_dump` (the anthropic SDK's pydantic types) are dumped to plain data first.
+    """
+    t = type(value)
+    if t is str or t is int or t is float or t is bool or value is None:
+        return value
+    if t is dict or isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidInput(f"message key {key!r} at {path or '/'} is not a string")
+            out[key] = intake_copy(item, f"{path}/{key}")
+        return out
+    if t is list or t is tuple:
+        return [intake_copy(item, f"{path}/{n}") for n, item in enumerate(value)]
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return intake_copy(dump(mode="json", exclude_none=True), path)
+    if isinstance(value, bool | int | float | str):
+        return value
+    raise InvalidInput(f"cannot store a {t.__name__} at {path or '/'} in a message; use JSON-like data")
+
+
+def _blob_out(value: Any, blobs: list[Blob]) -> Any:
+    if isinstance(value, str | dict):
+        try:
+            size = len(encode(value))
+        except EncodingError as exc:
+            raise InvalidInput(f"message cannot be stored: {exc}") from None
+        if size >= BLOB_THRESHOLD:
+            blob = Blob(value)
+            blobs.append(blob)
+            return encode_object(blob)[0]
+    return value
+
+
+def intake_entry(value: Any, *, kind: str | None = None,
+                 sources: list[str] | None = None) -> tuple[Entry, list[Blob], bool]:
+    """An entry input as a stored entry, its blobs, and whether its id was given explicitly."""
+    value = intake_copy(value)
+    if not isinstance(value, dict):
+        raise InvalidInput(f"an entry is a message dict or {{'message': ...}}, not {type(value).__name__}")
+    if "message" in value:
+        extra = set(value) - {"id", "message", "kind", "meta", "sources"}
+        if extra:
+            raise InvalidInput(f"unknown entry fields {sorted(extra)}; allowed: id, message, kind, meta, sources")
+        message = value["message"]
+        entry_id = value.get("id")
+        kind = kind or value.get("kind") or "turn"
+        meta = value.get("meta")
+        sources = sources if sources is not None else value.get("sources")
+    else:
+        message, entry_id, meta = value, None, None
+        kind = kind or "turn"
+    explicit = entry_id is not None
+    if explicit and (not isinstance(entry_id, str) or not entry_id):
+        raise InvalidInput(f"entry id must be a non-empty string, not {entry_id!r}")
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        raise InvalidInput("a message is a dict with a string 'role' (and usually 'content')")
+    if kind not in ENTRY_KINDS:
+        raise InvalidInput(f"entry kind must be one of {ENTRY_KINDS}, not {kind!r}")
+    if meta is not None and not isinstance(meta, dict):
+        raise InvalidInput("entry meta must be a dict")
+    if sources is not None and (not isinstance(sources, list) or not all(isinstance(s, str) for s in sources)):
+        raise InvalidInput("entry sources must be a list of entry ids")
+    blobs: list[Blob] = []
+    content = message.get("content")
+    if isinstance(content, str):
+        message["content"] = _blob_out(content, blobs)
+    elif isinstance(content, list):
+        message["content"] = [_blob_out(block, blobs) for block in content]
+    entry = Entry(entry_id if explicit else new_entry_id(), kind, message, meta, sources)
+    try:
+        encode(entry.to_value())
+    except EncodingError as exc:
+        raise InvalidInput(f"entry cannot be stored: {exc}") from None
+    return entry, blobs, explicit
+
+
+def expand_message(message: dict[str, Any], blob: Callable[[ObjectId], Any]) -> dict[str, Any]:
+    """A copy of a stored message with blob references replaced by their content."""
+    out = plain_copy(message)
+    content = message.get("content")
+    if type(content) is bytes:
+        out["content"] = plain_copy(blob(ObjectId(content)))
+    elif type(content) is list:
+        out["content"] = [plain_copy(blob(ObjectId(b))) if type(b) is bytes else plain_copy(b) for b in content]
+    return out
+
+
+def _need(patch: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
+    value = patch.get(key)
+    if not isinstance(value, kind):
+        raise InvalidInput(f"{patch.get('op')} patch needs {what} in {key!r}")
+    return value
+
+
+def _id_list(patch: Mapping[str, Any], key: str) -> list[str]:
+    ids = _need(patch, key, list, "a list of entry ids")
+    if not all(isinstance(i, str) for i in ids):
+        raise InvalidInput(f"{patch.get('op')} patch: {key!r} must hold entry ids (strings)")
+    return list(ids)
+
+
+def check_patch(patch: Any) -> None:
+    """Refuse a malformed patch before anything is made from it."""
+    if not isinstance(patch, Mapping):
+        raise InvalidInput(f"a patch is a dict with 'op', not {type(patch).__name__}")
+    op = patch.get("op")
+    if op not in PATCH_OPS:
+        raise InvalidInput(f"unknown patch op {op!r}; expected one of {', '.join(PATCH_OPS)}")
+    if op == "move":
+        _id_list(patch, "ids")
+        for anchor in ("before", "after"):
+            if anchor in patch and patch[anchor] is not None and not isinstance(patch[anchor], str):
+                raise InvalidInput(f"move patch: {anchor!r} must be an entry id")
+    elif op == "summary":
+        _id_list(patch, "sourceIds")
+        _need(patch, "entry", dict, "an entry input")
+        if "replace" in patch and not isinstance(patch["replace"], bool | None):
+            raise InvalidInput("summary patch: 'replace' must be true or false")
+    else:
+        _need(patch, "id", str, "a target entry id")
+        if op != "remove":
+            entries = _need(patch, "entries", list, "a list of entry inputs")
+            if not entries and op != "split":
+                raise InvalidInput(f"{op} patch needs at least one entry")
+
+
+MakeEntries = Callable[..., list[tuple[str, ObjectId]]]
+
+
+def stored_patch(patch: Mapping[str, Any], make: MakeEntries) -> dict[str, Any]:
+    """A checked patch in stored form: entry inputs become entry object ids."""
+    op = patch["op"]
+    if op == "remove":
+        return {"op": op, "id": patch["id"]}
+    if op == "move":
+        out: dict[str, Any] = {"op": op, "ids": list(patch["ids"])}
+        for anchor in ("before", "after"):
+            if patch.get(anchor) is not None:
+                out[anchor] = patch[anchor]
+        return out
+    if op == "summary":
+        sources = list(patch["sourceIds"])
+        [(_, oid)] = make([patch["entry"]], kind="summary", sources=sources)
+        out = {"op": op, "sourceIds": sources, "entry": oid}
+        if patch.get("replace") is not None:
+            out["replace"] = bool(patch["replace"])
+        return out
+    return {"op": op, "id": patch["id"], "entries": [oid for _, oid in make(patch["entries"])]}

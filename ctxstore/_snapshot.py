@@ -1,0 +1,258 @@
+"""Snapshots and deltas of a MessageHistory: the seed's JSON graph shape, out and in."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from . import seq
+from ._intake import check_patch, stored_patch
+from .codec import ObjectId, from_hex, to_hex
+from .errors import InvalidInput, InvalidObject, MissingObject, UnknownRevision
+from .objects import Revision
+
+if TYPE_CHECKING:
+    from .history import MessageHistory
+
+__all__ = ["delta_of", "load_into", "snapshot_of"]
+
+
+def _seed_operation(history: MessageHistory, op: dict[str, Any] | None) -> dict[str, Any] | None:
+    if op is None:
+        return None
+    if op["type"] in ("append", "view"):
+        return {"type": op["type"], "entryIds": list(op["entryIds"])}
+    if op["type"] == "fork":
+        return {"type": "fork"}
+    patches = []
+    for patch in op["patches"]:
+        out = dict(patch)
+        if "entries" in patch:
+            out["entries"] = [history._entry(o).to_dict() for o in patch["entries"]]
+        if "entry" in patch:
+            out["entry"] = history._entry(patch["entry"]).to_dict()
+        patches.append(out)
+    return {"type": "edit", "patches": patches}
+
+
+class _Views:
+    """Entry-id lists of trees, memoised per node: revisions share most nodes with their parents."""
+
+    def __init__(self, history: MessageHistory) -> None:
+        self._ws = history.workspace
+        self._ids: dict[ObjectId, list[str]] = {}
+        self._oids: dict[ObjectId, list[ObjectId | None]] = {}
+
+    def ids(self, root: ObjectId) -> list[str]:
+        found = self._ids.get(root)
+        if found is None:
+            node = self._ws.node(root)
+            if node.level == 0:
+                found = [i for i, _ in node.items]
+                self._oids[root] = [o for _, o in node.items]
+            else:
+                found = []
+                for child, _ in node.items:
+                    found.extend(self.ids(ObjectId(child)))
+            self._ids[root] = found
+        return found
+
+    def leaf_oids(self, root: ObjectId) -> list[ObjectId | None]:
+        """Entry oids of a leaf node (after `ids` has seen it)."""
+        return self._oids.get(root, [])
+
+    def entries(self, root: ObjectId, out: dict[ObjectId, None], seen: set[ObjectId]) -> None:
+        """Add every entry oid under `root` to `out`, visiting each node once."""
+        if root in seen:
+            return
+        seen.add(root)
+        node = self._ws.node(root)
+        if node.level == 0:
+            for entry_id, oid in node.items:
+                found = oid if oid is not None else self._ws.index.get(entry_id)
+                if found is not None:
+                    out.setdefault(found)
+        else:
+            for child, _ in node.items:
+                self.entries(ObjectId(child), out, seen)
+
+
+def _revision_dicts(history: MessageHistory, oids: list[ObjectId],
+                    entries: dict[ObjectId, None]) -> list[dict[str, Any]]:
+    ws = history.workspace
+    views = _Views(history)
+    seen: set[ObjectId] = set()
+    out = []
+    for oid in oids:
+        rev = ws.revision(oid)
+        views.entries(rev.seq, entries, seen)
+        for entry_oid in rev.operation_ids():
+            entries.setdefault(entry_oid)
+        record: dict[str, Any] = {"id": to_hex(oid), "entryIds": list(views.ids(rev.seq))}
+        if rev.parent is not None:
+            record["parent"] = to_hex(rev.parent)
+        record["createdAt"] = rev.created_at
+        if rev.operation is not None:
+            record["operation"] = _seed_operation(history, rev.operation)
+        out.append(record)
+    return out
+
+
+def snapshot_of(history: MessageHistory, revisions: list[ObjectId], _: set[ObjectId]) -> dict[str, Any]:
+    """`{entries, revisions, head}` of the given revisions (parents first) and the entries they use."""
+    entries: dict[ObjectId, None] = {}
+    records = _revision_dicts(history, revisions, entries)
+    return {"entries": [history._entry(o).to_dict() for o in entries], "revisions": records,
+            "head": history.revision_id}
+
+
+def _known_revision(history: MessageHistory, text: Any, what: str) -> ObjectId:
+    try:
+        oid = from_hex(text)
+        history.workspace.revision(oid)
+    except (InvalidInput, MissingObject, InvalidObject):
+        raise UnknownRevision(f"{what} {text!r} is not a revision of this history") from None
+    return oid
+
+
+def _changed_items(history: MessageHistory, rev: Revision) -> set[str]:
+    """Ids in the leaves of `rev`'s tree that its parent's tree lacks (a superset of what it added)."""
+    ws = history.workspace
+    parent = [ws.revision(rev.parent).seq] if rev.parent is not None else []
+    changed = seq.diff([rev.seq], parent, ws.node)
+    return {entry_id for leaf in changed.a_leaves for entry_id, _ in leaf.items}
+
+
+def delta_of(history: MessageHistory, base: str | None) -> dict[str, Any]:
+    """What `history`'s head reaches that `base` does not, in the snapshot shape plus `base`."""
+    head_chain = list(history._chain(history._head))
+    if base is None:
+        delta, base_chain = head_chain, []
+    else:
+        base_oid = _known_revision(history, base, "base revision")
+        if base_oid in head_chain:
+            delta, base_chain = head_chain[: head_chain.index(base_oid)], None
+        else:
+            base_chain = list(history._chain(base_oid))
+            members = set(base_chain)
+            cut = next((n for n, oid in enumerate(head_chain) if oid in members), len(head_chain))
+            delta = head_chain[:cut]
+        if base_chain is None:
+            base_chain = list(history._chain(base_oid))
+    ws = history.workspace
+    wanted: set[str] = set()
+    for oid in delta:
+        wanted |= _changed_items(history, ws.revision(oid))
+    for oid in base_chain:
+        wanted -= _changed_items(history, ws.revision(oid))
+        if not wanted:
+            break
+    entries: dict[ObjectId, None] = {}
+    records = _revision_dicts(history, delta, entries)
+    in_views = {entry_id for record in records for entry_id in record["entryIds"]}
+    listed = [o for o in entries if ws.entry(o).id in wanted and ws.entry(o).id in in_views]
+    return {"entries": [history._entry(o).to_dict() for o in listed], "revisions": records,
+            "head": history.revision_id, "base": base}
+
+
+def _revision_order(records: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    by_id = {}
+    for record in records:
+        if not isinstance(record, Mapping) or not isinstance(record.get("id"), str):
+            raise InvalidInput("each revision must be a dict with a string 'id'")
+        by_id[record["id"]] = record
+    ordered: list[Mapping[str, Any]] = []
+    done: set[str] = set()
+    for record in records:
+        stack = []
+        current: Mapping[str, Any] | None = record
+        while current is not None and current["id"] not in done:
+            stack.append(current)
+            parent = current.get("parent")
+            current = by_id.get(parent) if isinstance(parent, str) else None
+            if current is not None and current in stack:
+                raise InvalidInput(f"revision {current['id']!r} is its own ancestor")
+        for item in reversed(stack):
+            done.add(item["id"])
+            ordered.append(item)
+    return ordered
+
+
+def _stored_operation(history: MessageHistory, op: Any) -> dict[str, Any] | None:
+    if op is None:
+        return None
+    if not isinstance(op, Mapping) or op.get("type") not in ("append", "edit", "fork", "view"):
+        raise InvalidInput(f"unknown revision operation {op!r}")
+    kind = op["type"]
+    if kind == "fork":
+        return {"type": "fork"}
+    if kind in ("append", "view"):
+        ids = op.get("entryIds")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise InvalidInput(f"{kind} operation needs 'entryIds', a list of entry ids")
+        if kind == "view":
+            return {"type": "view", "entryIds": list(ids)}
+        oids = []
+        for entry_id in ids:
+            oid = history._lookup(entry_id)
+            if oid is None:
+                raise InvalidInput(f"append operation names entry {entry_id!r}, which the snapshot lacks")
+            oids.append(oid)
+        return {"type": "append", "entryIds": list(ids), "entries": oids}
+    patches = op.get("patches")
+    if not isinstance(patches, list):
+        raise InvalidInput("edit operation needs 'patches', a list")
+    for patch in patches:
+        check_patch(patch)
+    return {"type": "edit", "patches": [stored_patch(p, history._make_entries) for p in patches]}
+
+
+def _tree_for(history: MessageHistory, parent: ObjectId | None, ids: list[str], views: _Views) -> ObjectId:
+    """The tree of `ids`: the parent's tree extended when `ids` only adds to it, else built whole."""
+    ws = history.workspace
+    if parent is not None:
+        base = ws.revision(parent).seq
+        before = views.ids(base)
+        if len(ids) >= len(before) and ids[: len(before)] == before:
+            added = [[i, history._lookup(i)] for i in ids[len(before):]]
+            return seq.append(base, added, ws.node, ws.put_node)
+    return seq.build([[i, history._lookup(i)] for i in ids], ws.put_node)
+
+
+def load_into(history: MessageHistory, data: Mapping[str, Any], *, fresh: bool) -> MessageHistory:
+    """Add a snapshot's or delta's graph to `history`'s objects; a history at its head."""
+    if not isinstance(data, Mapping):
+        raise InvalidInput("a snapshot is a dict with 'entries', 'revisions' and 'head'")
+    entries, records, head = data.get("entries"), data.get("revisions"), data.get("head")
+    if not isinstance(entries, list) or not isinstance(records, list) or not isinstance(head, str):
+        raise InvalidInput("a snapshot needs 'entries' (list), 'revisions' (list) and 'head' (string)")
+    ws = history.workspace
+    history._make_entries(entries)
+    mapped: dict[str, ObjectId] = {}
+    parents: set[ObjectId] = set()
+    views = _Views(history)
+    for record in _revision_order(records):
+        ids = record.get("entryIds")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise InvalidInput(f"revision {record['id']!r} needs 'entryIds', a list of entry ids")
+        created = record.get("createdAt")
+        if isinstance(created, float) and created.is_integer():
+            created = int(created)
+        if not isinstance(created, int) or isinstance(created, bool) or created < 0:
+            raise InvalidInput(f"revision {record['id']!r} needs 'createdAt' in milliseconds since the epoch")
+        parent_text = record.get("parent")
+        parent: ObjectId | None = None
+        if parent_text is not None:
+            parent = mapped.get(parent_text) if isinstance(parent_text, str) else None
+            if parent is None:
+                parent = _known_revision(history, parent_text, f"parent of revision {record['id']!r}")
+            parents.add(parent)
+        root = _tree_for(history, parent, ids, views)
+        operation = _stored_operation(history, record.get("operation"))
+        mapped[record["id"]] = ws.put(Revision(parent, created, operation, root, len(ids)))
+    head_oid = mapped.get(head) or _known_revision(history, head, "head")
+    new_tips = {oid for oid in mapped.values() if oid not in parents}
+    tips = frozenset(new_tips) if fresh else (history._tips - parents) | new_tips
+    if head_oid not in tips and not fresh:
+        tips = tips | {head_oid}
+    return type(history)._derive(ws, head_oid, frozenset(tips or {head_oid}))

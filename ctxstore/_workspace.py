@@ -1,0 +1,143 @@
+"""The objects a family of histories shares: a backing source, new objects not yet stored, caches."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from .codec import ObjectId, to_hex
+from .errors import InvalidObject, MissingObject
+from .objects import Entry, Object, Revision, SeqNode, encode_object, parse_object
+from .store.base import ObjectSource
+
+__all__ = ["Workspace", "new_entry_id", "now_ms"]
+
+_CACHE_LIMIT = 200_000
+_CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+
+
+def now_ms() -> int:
+    """Milliseconds since the epoch, as revisions record them."""
+    return time.time_ns() // 1_000_000
+
+
+def new_entry_id() -> str:
+    """A fresh entry id: 48 bits of milliseconds and 80 random bits, 26 base-32 characters.
+
+    Unique across processes and machines without coordination (os.urandom is per call, so forked
+    children do not repeat their parent), and sortable by creation time.
+    """
+    value = (now_ms() << 80) | int.from_bytes(os.urandom(10), "big")
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+class Workspace:
+    """Objects that a family of histories reads and writes.
+
+    Reads fall through from the objects made here (pending, not yet in `source`) to `source`. Objects
+    are immutable and content-addressed, so every history derived from one another can share one
+    workspace: adding an object never changes what another history sees.
+    """
+
+    def __init__(self, source: ObjectSource | None = None) -> None:
+        self.source = source
+        self._pending: dict[ObjectId, bytes] = {}
+        self._decoded: dict[ObjectId, Object] = {}
+        self.index: dict[str, ObjectId] = {}
+        """Entry id to entry oid for every entry this workspace has made or read."""
+        self.indexed: set[ObjectId] = set()
+        """Revisions and tree nodes whose entries are all in `index`."""
+
+    # -- objects -------------------------------------------------------------------------------
+    def get(self, oid: ObjectId) -> Object:
+        obj = self._decoded.get(oid)
+        if obj is not None:
+            return obj
+        data = self._pending.get(oid)
+        if data is None:
+            if self.source is None:
+                raise MissingObject(f"object {to_hex(oid)} is not in this history")
+            obj = parse_object(self.source.get(oid), trusted=True)
+        else:
+            obj = parse_object(data, trusted=True)
+        self._remember(oid, obj)
+        return obj
+
+    def raw(self, oid: ObjectId) -> bytes:
+        data = self._pending.get(oid)
+        if data is not None:
+            return data
+        if self.source is None:
+            raise MissingObject(f"object {to_hex(oid)} is not in this history")
+        return self.source.get(oid)
+
+    def has(self, oid: ObjectId) -> bool:
+        return oid in self._pending or (self.source is not None and self.source.has(oid))
+
+    def put(self, obj: Object) -> ObjectId:
+        oid, data = encode_object(obj)
+        if oid not in self._decoded:
+            self._pending.setdefault(oid, data)
+            self._remember(oid, obj)
+        return oid
+
+    def put_raw(self, oid: ObjectId, data: bytes) -> None:
+        """Add canonical bytes already checked by the caller (copied from another workspace)."""
+        if oid not in self._pending and not (self.source is not None and self.source.has(oid)):
+            self._pending[oid] = data
+
+    def _remember(self, oid: ObjectId, obj: Object) -> None:
+        if len(self._decoded) >= _CACHE_LIMIT:
+            for key in list(self._decoded)[: _CACHE_LIMIT // 2]:
+                del self._decoded[key]
+        self._decoded[oid] = obj
+
+    def pending(self) -> list[tuple[ObjectId, bytes]]:
+        """Objects made here and not known to be in `source`: what a commit has to write."""
+        return list(self._pending.items())
+
+    def forget(self, oids: Iterable[ObjectId]) -> None:
+        """Drop pending objects that are now in `source` (after a commit wrote them)."""
+        for oid in oids:
+            self._pending.pop(oid, None)
+
+    # -- typed reads ---------------------------------------------------------------------------
+    def revision(self, oid: ObjectId) -> Revision:
+        obj = self.get(oid)
+        if not isinstance(obj, Revision):
+            raise InvalidObject(f"object {to_hex(oid)} is a {type(obj).__name__.lower()}, not a revision")
+        return obj
+
+    def entry(self, oid: ObjectId) -> Entry:
+        obj = self.get(oid)
+        if not isinstance(obj, Entry):
+            raise InvalidObject(f"object {to_hex(oid)} is a {type(obj).__name__.lower()}, not an entry")
+        return obj
+
+    def node(self, oid: ObjectId) -> SeqNode:
+        obj = self.get(oid)
+        if not isinstance(obj, SeqNode):
+            raise InvalidObject(f"object {to_hex(oid)} is a {type(obj).__name__.lower()}, not a seq node")
+        if obj.level == 0 and oid not in self.indexed:
+            for entry_id, entry_oid in obj.items:
+                if entry_oid is not None:
+                    self.index.setdefault(entry_id, entry_oid)
+            self.indexed.add(oid)
+        return obj
+
+    def put_node(self, node: SeqNode) -> ObjectId:
+        return self.put(node)
+
+    def value(self, oid: ObjectId) -> Any:
+        """A blob's data."""
+        obj = self.get(oid)
+        data = getattr(obj, "data", None)
+        if data is None:
+            raise InvalidObject(f"object {to_hex(oid)} is not a blob")
+        return data

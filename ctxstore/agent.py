@@ -1,0 +1,294 @@
+"""The agent loop: ask a model, run the tools it calls, record every message through a history strategy.
+
+`Agent(model, history=..., tools=[...])` and `await agent.generate(prompt)`. Each step reads the
+history through the strategy (`on_read`, which may compact it), sends the messages to the model,
+records the answer (`on_append`), runs any tools it called and records their results. The run stops
+when the model ends its turn, or when a `stop_when` predicate says so after a step.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import types
+import typing
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union, get_args, get_origin
+
+from .budget import PRICING, Pricing, cost_of
+from .errors import InvalidInput
+from .models import GenerateResult, Model, Usage
+from .signals import AbortSignal
+from .strategies import (
+    HistoryAppendContext,
+    HistoryReadContext,
+    HistoryStrategy,
+    api_messages,
+    append_only_history_strategy,
+)
+
+__all__ = ["DEFAULT_BUDGET_TOKENS", "Agent", "RunResult", "RunState", "Step", "Tool", "agent", "tool"]
+
+DEFAULT_BUDGET_TOKENS = 200_000
+"""The token budget strategies are told about unless the agent is given another."""
+
+_JSON_TYPES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean",
+                               dict: "object", list: "array", tuple: "array", type(None): "null"}
+
+
+def _schema_of(annotation: Any) -> dict[str, Any]:
+    """A JSON schema for a type hint (str, int, float, bool, list[X], dict, Literal, X | None)."""
+    if annotation is inspect.Parameter.empty or annotation is Any:
+        return {}
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return {"enum": list(get_args(annotation))}
+    if origin in (Union, types.UnionType):
+        options = [a for a in get_args(annotation) if a is not type(None)]
+        return _schema_of(options[0]) if len(options) == 1 else {"anyOf": [_schema_of(a) for a in options]}
+    if origin in (list, tuple, set, frozenset, Sequence, Iterable):
+        args = get_args(annotation)
+        schema: dict[str, Any] = {"type": "array"}
+        if args and args[0] is not Ellipsis:
+            schema["items"] = _schema_of(args[0])
+        return schema
+    if origin in (dict, Mapping):
+        return {"type": "object"}
+    if annotation in _JSON_TYPES:
+        return {"type": _JSON_TYPES[annotation]}
+    return {}
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function the model may call: its name, description, JSON input schema and the function."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    function: Callable[..., Any]
+
+    def definition(self) -> dict[str, Any]:
+        """The tool as the Messages API takes it."""
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+
+    async def __call__(self, arguments: Mapping[str, Any]) -> Any:
+        """Run the function (awaiting it if it is async) with the model's arguments."""
+        value = self.function(**arguments)
+        if inspect.isawaitable(value):
+            value = await value
+        return value
+
+
+def tool(function: Callable[..., Any] | None = None, *, name: str | None = None,
+         description: str | None = None, input_schema: Mapping[str, Any] | None = None) -> Any:
+    """Make a `Tool` from a sync or async function; usable as `tool(f)`, `@tool` or `@tool(name=...)`.
+
+    Unless given, the schema comes from the signature's type hints (parameters without a default are
+    required) and the description from the docstring's first line.
+    """
+
+    def make(fn: Callable[..., Any]) -> Tool:
+        if isinstance(fn, Tool):
+            return fn
+        if not callable(fn):
+            raise InvalidInput(f"a tool must be a function, got {fn!r}")
+        tool_name = name or getattr(fn, "__name__", None)
+        if not tool_name or tool_name == "<lambda>":
+            raise InvalidInput("a tool made from a lambda needs a name: tool(fn, name='...')")
+        doc = inspect.getdoc(fn) or ""
+        text = description or (doc.strip().splitlines()[0] if doc.strip() else f"Call {tool_name}.")
+        schema = dict(input_schema) if input_schema is not None else _derive_schema(fn)
+        return Tool(tool_name, text, schema, fn)
+
+    return make if function is None else make(function)
+
+
+def _derive_schema(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolvable forward references: fall back to untyped parameters
+        hints = {}
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for parameter in inspect.signature(fn).parameters.values():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        properties[parameter.name] = _schema_of(hints.get(parameter.name, parameter.annotation))
+        if parameter.default is inspect.Parameter.empty:
+            required.append(parameter.name)
+    return {"type": "object", "properties": properties, "required": required}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One model request of a run: the answer, its usage and cost, and the tool results it led to."""
+
+    index: int
+    result: GenerateResult
+    usage: Usage
+    cost: float
+    tool_results: list[dict[str, Any]]
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the model stopped (`end_turn`, `tool_use`, `max_tokens`, ...)."""
+        return self.result.stop_reason
+
+
+@dataclass
+class RunState:
+    """What stop predicates see: accumulated `usage` and `cost`, the steps so far, the run id."""
+
+    run_id: str
+    usage: Usage = field(default_factory=Usage)
+    cost: float = 0.0
+    steps: list[Step] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of `Agent.generate`: final text, the messages this run recorded, usage, cost, steps."""
+
+    text: str
+    messages: list[dict[str, Any]]
+    usage: Usage
+    cost: float
+    steps: list[Step]
+    run_id: str = ""
+
+
+StopWhen = Callable[[RunState, Step], bool]
+
+
+def _result_content(value: Any) -> Any:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(b, Mapping) and "type" in b for b in value):
+        return [dict(b) for b in value]  # already content blocks
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+class Agent:
+    """An agent: a model, a history strategy, tools and stop conditions. Run it with `generate`."""
+
+    def __init__(
+        self,
+        model: Model,
+        history: HistoryStrategy | Callable[[], HistoryStrategy] | None = None,
+        system: str | None = None,
+        tools: Iterable[Callable[..., Any] | Tool] = (),
+        stop_when: StopWhen | Iterable[StopWhen] = (),
+        budget_tokens: int = DEFAULT_BUDGET_TOKENS,
+        *,
+        max_steps: int = 50,
+        max_tokens: int | None = None,
+        pricing: Mapping[str, Pricing] | None = None,
+    ) -> None:
+        self.model = model
+        if history is None:
+            history = append_only_history_strategy()
+        elif isinstance(history, type) or (callable(history) and not hasattr(history, "on_read")):
+            history = history()  # a factory (or a strategy class): one strategy per agent
+        if not (hasattr(history, "on_read") and hasattr(history, "on_append")):
+            raise InvalidInput(
+                f"history must be a strategy (on_append/on_read) or a factory of one, got {history!r}"
+            )
+        self.strategy: HistoryStrategy = history
+        self.system = system
+        self.tools: dict[str, Tool] = {}
+        for item in tools:
+            made = tool(item)
+            if made.name in self.tools:
+                raise InvalidInput(
+                    f"two tools are named {made.name!r}; give one another name with tool(fn, name=...)"
+                )
+            self.tools[made.name] = made
+        self.stop_when: list[StopWhen] = [stop_when] if callable(stop_when) else list(stop_when)
+        if max_steps < 1:
+            raise InvalidInput(f"max_steps must be at least 1, got {max_steps}")
+        self.budget_tokens = budget_tokens
+        self.max_steps = max_steps
+        self.max_tokens = max_tokens
+        self.pricing = PRICING if pricing is None else pricing
+
+    @property
+    def history(self) -> Any:
+        """The strategy's current `MessageHistory`."""
+        return self.strategy.history
+
+    async def _record(self, message: dict[str, Any], state: RunState, step: int,
+                      signal: AbortSignal | None) -> None:
+        ctx = HistoryAppendContext(self.model, self.budget_tokens, signal, state.run_id, step)
+        await self.strategy.on_append(message, ctx)
+
+    async def _run_tools(self, uses: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        results = []
+        for use in uses:
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": use.get("id")}
+            found = self.tools.get(str(use.get("name")))
+            arguments = use.get("input") or {}
+            try:
+                if found is None:
+                    raise LookupError(f"no tool named {use.get('name')!r}; available: {sorted(self.tools)}")
+                if not isinstance(arguments, Mapping):
+                    raise TypeError(f"tool input must be an object, got {arguments!r}")
+                inspect.signature(found.function).bind(**arguments)  # wrong arguments: a clear error
+                block["content"] = _result_content(await found(arguments))
+            except Exception as err:  # the model sees the failure and can correct itself
+                block["content"] = f"{type(err).__name__}: {err}"
+                block["is_error"] = True
+            results.append(block)
+        return results
+
+    async def generate(self, prompt: str | Mapping[str, Any] | list[dict[str, Any]], *,
+                       signal: AbortSignal | None = None) -> RunResult:
+        """Run the agent on `prompt` (text, content blocks, or a user message) until it is done."""
+        if isinstance(prompt, Mapping):
+            first = dict(prompt)
+        else:
+            first = {"role": "user", "content": prompt if isinstance(prompt, str) else list(prompt)}
+        state = RunState(run_id=f"run-{uuid.uuid4().hex[:12]}")
+        recorded = [first]
+        await self._record(first, state, 0, signal)
+        text = ""
+        tools = [t.definition() for t in self.tools.values()] or None
+        for index in range(self.max_steps):
+            read = await self.strategy.on_read(HistoryReadContext(self.model, self.budget_tokens, signal))
+            result = await self.model.generate(
+                messages=api_messages(read.messages), system=self.system, tools=tools,
+                max_tokens=self.max_tokens, signal=signal,
+            )
+            usage = Usage.of(result.usage)
+            cost = cost_of(usage, self.model.name, self.pricing)
+            state.usage += usage
+            state.cost += cost
+            recorded.append(result.message)
+            await self._record(result.message, state, index, signal)
+            text = result.text
+            uses = result.tool_uses
+            results: list[dict[str, Any]] = []
+            if uses:
+                # Answer every tool_use, even when stopping now, so the history stays valid to resume.
+                results = await self._run_tools(uses)
+                tool_message = {"role": "user", "content": results}
+                recorded.append(tool_message)
+                await self._record(tool_message, state, index, signal)
+            step = Step(index, result, usage, cost, results)
+            state.steps.append(step)
+            if not uses or result.stop_reason != "tool_use":
+                break
+            if any(predicate(state, step) for predicate in self.stop_when):
+                break
+        return RunResult(text, recorded, state.usage, state.cost, list(state.steps), state.run_id)
+
+    def __repr__(self) -> str:
+        return f"Agent({self.model!r}, tools={sorted(self.tools)})"
+
+
+def agent(model: Model, **options: Any) -> Agent:
+    """An `Agent` (the seed's `agent({...})` spelling)."""
+    return Agent(model, **options)
+

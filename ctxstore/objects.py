@@ -1,0 +1,309 @@
+"""The four object types: entry, revision, sequence-tree node and blob.
+
+Each object is one canonical CBOR map with a ``type`` key; its id is the blake3 of those bytes
+(`codec.object_id`). Objects are immutable values: equal content is one object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import cbor2
+
+from .codec import OID_SIZE, ObjectId, decode, encode, object_id
+from .errors import InvalidObject
+
+__all__ = [
+    "BLOB_THRESHOLD",
+    "Blob",
+    "Entry",
+    "Object",
+    "Revision",
+    "SeqNode",
+    "encode_object",
+    "parse_object",
+    "references",
+]
+
+BLOB_THRESHOLD = 4096
+"""A content block whose canonical encoding is at least this many bytes is stored as a blob."""
+
+ENTRY_KINDS = ("turn", "summary")
+OPERATION_TYPES = ("append", "edit", "fork", "view")
+PATCH_OPS = ("remove", "replace", "insertBefore", "insertAfter", "move", "split", "summary")
+
+
+def _is_oid(value: Any) -> bool:
+    return type(value) is bytes and len(value) == OID_SIZE
+
+
+def _fail(kind: str, why: str) -> InvalidObject:
+    return InvalidObject(f"invalid {kind} object: {why}")
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class Entry:
+    """One message with its metadata, in stored form (large content blocks replaced by blob ids)."""
+
+    id: str
+    kind: str
+    message: dict[str, Any]
+    meta: dict[str, Any] | None = None
+    sources: list[str] | None = None
+
+    def to_value(self) -> dict[str, Any]:
+        value: dict[str, Any] = {"type": "entry", "id": self.id, "kind": self.kind, "message": self.message}
+        if self.meta is not None:
+            value["meta"] = self.meta
+        if self.sources is not None:
+            value["sources"] = self.sources
+        return value
+
+    def check(self) -> None:
+        if type(self.id) is not str or not self.id:
+            raise _fail("entry", "id must be a non-empty string")
+        if self.kind not in ENTRY_KINDS:
+            raise _fail("entry", f"kind must be one of {ENTRY_KINDS}, not {self.kind!r}")
+        if type(self.message) is not dict or type(self.message.get("role")) is not str:
+            raise _fail("entry", f"entry {self.id}: message must be a map with a text 'role'")
+        content = self.message.get("content")
+        if type(content) is bytes and not _is_oid(content):
+            raise _fail("entry", f"entry {self.id}: content blob reference must be {OID_SIZE} bytes")
+        if type(content) is list:
+            for block in content:
+                if type(block) is bytes and not _is_oid(block):
+                    raise _fail("entry", f"entry {self.id}: block blob reference must be {OID_SIZE} bytes")
+        if self.meta is not None and type(self.meta) is not dict:
+            raise _fail("entry", f"entry {self.id}: meta must be a map")
+        if self.sources is not None and (type(self.sources) is not list
+                                         or any(type(s) is not str for s in self.sources)):
+            raise _fail("entry", f"entry {self.id}: sources must be a list of entry ids")
+
+    def blob_ids(self) -> Iterator[ObjectId]:
+        content = self.message.get("content")
+        if type(content) is bytes:
+            yield ObjectId(content)
+        elif type(content) is list:
+            for block in content:
+                if type(block) is bytes:
+                    yield ObjectId(block)
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class Revision:
+    """An ordered view of entries (the root of a sequence tree), the operation that made it, a parent."""
+
+    parent: ObjectId | None
+    created_at: int
+    operation: dict[str, Any] | None
+    seq: ObjectId
+    size: int
+
+    def to_value(self) -> dict[str, Any]:
+        value: dict[str, Any] = {"type": "revision", "createdAt": self.created_at, "seq": self.seq,
+                                 "size": self.size}
+        if self.parent is not None:
+            value["parent"] = self.parent
+        if self.operation is not None:
+            value["operation"] = self.operation
+        return value
+
+    def check(self) -> None:
+        if self.parent is not None and not _is_oid(self.parent):
+            raise _fail("revision", "parent must be an object id")
+        if type(self.created_at) is not int or self.created_at < 0:
+            raise _fail("revision", "createdAt must be a non-negative integer (ms since the epoch)")
+        if not _is_oid(self.seq):
+            raise _fail("revision", "seq must be an object id")
+        if type(self.size) is not int or self.size < 0:
+            raise _fail("revision", "size must be a non-negative integer")
+        if self.operation is not None:
+            _check_operation(self.operation)
+
+    def operation_ids(self) -> Iterator[ObjectId]:
+        """Entry object ids the recorded operation names (what a replay needs)."""
+        op = self.operation
+        if op is None:
+            return
+        if op["type"] == "append":
+            yield from op["entries"]
+        elif op["type"] == "edit":
+            for patch in op["patches"]:
+                if "entries" in patch:
+                    yield from patch["entries"]
+                if "entry" in patch:
+                    yield patch["entry"]
+
+
+def _check_ids(value: Any, what: str) -> None:
+    if type(value) is not list or any(type(i) is not str for i in value):
+        raise _fail("revision", f"{what} must be a list of entry ids")
+
+
+def _check_oids(value: Any, what: str) -> None:
+    if type(value) is not list or not all(_is_oid(i) for i in value):
+        raise _fail("revision", f"{what} must be a list of object ids")
+
+
+def _check_operation(op: Any) -> None:
+    if type(op) is not dict or op.get("type") not in OPERATION_TYPES:
+        raise _fail("revision", f"operation type must be one of {OPERATION_TYPES}")
+    kind = op["type"]
+    if kind == "append":
+        _check_ids(op.get("entryIds"), "append entryIds")
+        _check_oids(op.get("entries"), "append entries")
+        if len(op["entries"]) != len(op["entryIds"]):
+            raise _fail("revision", "append entries and entryIds differ in length")
+    elif kind == "view":
+        _check_ids(op.get("entryIds"), "view entryIds")
+    elif kind == "edit":
+        patches = op.get("patches")
+        if type(patches) is not list:
+            raise _fail("revision", "edit patches must be a list")
+        for patch in patches:
+            _check_patch(patch)
+
+
+def _check_patch(patch: Any) -> None:
+    if type(patch) is not dict or patch.get("op") not in PATCH_OPS:
+        raise _fail("revision", f"patch op must be one of {PATCH_OPS}")
+    op = patch["op"]
+    if op == "move":
+        _check_ids(patch.get("ids"), "move ids")
+        for anchor in ("before", "after"):
+            if anchor in patch and type(patch[anchor]) is not str:
+                raise _fail("revision", f"move {anchor} must be an entry id")
+    elif op == "summary":
+        _check_ids(patch.get("sourceIds"), "summary sourceIds")
+        if not _is_oid(patch.get("entry")):
+            raise _fail("revision", "summary entry must be an object id")
+        if "replace" in patch and type(patch["replace"]) is not bool:
+            raise _fail("revision", "summary replace must be a boolean")
+    else:
+        if type(patch.get("id")) is not str:
+            raise _fail("revision", f"{op} patch needs a target id")
+        if op != "remove":
+            _check_oids(patch.get("entries"), f"{op} entries")
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class SeqNode:
+    """A node of the sequence tree.
+
+    Level 0 (a leaf) holds ``[entry id, entry oid or None]`` pairs; a higher level holds
+    ``[child oid, number of entries below it]`` pairs.
+    """
+
+    level: int
+    items: list[list[Any]]
+
+    def to_value(self) -> dict[str, Any]:
+        return {"type": "seq", "level": self.level, "items": self.items}
+
+    def check(self) -> None:
+        if type(self.level) is not int or not 0 <= self.level < 64:
+            raise _fail("seq", "level must be an integer from 0 to 63")
+        if type(self.items) is not list:
+            raise _fail("seq", "items must be a list")
+        for item in self.items:
+            if type(item) is not list or len(item) != 2:
+                raise _fail("seq", "each item must be a pair")
+            if self.level == 0:
+                if type(item[0]) is not str or not (item[1] is None or _is_oid(item[1])):
+                    raise _fail("seq", "leaf items must be [entry id, entry oid or null]")
+            elif not _is_oid(item[0]) or type(item[1]) is not int or item[1] < 1:
+                raise _fail("seq", "inner items must be [child oid, positive count]")
+        if self.level > 0 and not self.items:
+            raise _fail("seq", "an inner node must have children")
+
+    @property
+    def count(self) -> int:
+        """Entries below this node."""
+        if self.level == 0:
+            return len(self.items)
+        return sum(item[1] for item in self.items)
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class Blob:
+    """A large content block, stored once and referenced from entries by id."""
+
+    data: Any
+
+    def to_value(self) -> dict[str, Any]:
+        return {"type": "blob", "data": self.data}
+
+    def check(self) -> None:
+        if not isinstance(self.data, str | dict):
+            raise _fail("blob", "data must be a content block (a map) or text")
+
+
+Object = Entry | Revision | SeqNode | Blob
+
+
+def encode_object(obj: Object) -> tuple[ObjectId, bytes]:
+    """The id and canonical bytes of an object."""
+    data = encode(obj.to_value())
+    return object_id(data), data
+
+
+def _from_value(value: Any) -> Object:
+    if type(value) is not dict:
+        raise InvalidObject("invalid object: not a map")
+    kind = value.get("type")
+    allowed = _FIELDS.get(kind) if type(kind) is str else None
+    if allowed is None:
+        raise InvalidObject(f"invalid object: unknown type {kind!r}")
+    extra = set(value) - allowed
+    if extra:
+        raise InvalidObject(f"invalid {kind} object: unexpected fields {sorted(extra)}")
+    try:
+        obj: Object
+        if kind == "entry":
+            obj = Entry(value["id"], value["kind"], value["message"], value.get("meta"), value.get("sources"))
+        elif kind == "revision":
+            obj = Revision(value.get("parent"), value["createdAt"], value.get("operation"), value["seq"],
+                           value["size"])
+        elif kind == "seq":
+            obj = SeqNode(value["level"], value["items"])
+        else:
+            obj = Blob(value["data"])
+    except KeyError as exc:
+        raise InvalidObject(f"invalid {kind} object: missing field {exc.args[0]!r}") from None
+    obj.check()
+    return obj
+
+
+_FIELDS = {
+    "entry": {"type", "id", "kind", "message", "meta", "sources"},
+    "revision": {"type", "parent", "createdAt", "operation", "seq", "size"},
+    "seq": {"type", "level", "items"},
+    "blob": {"type", "data"},
+}
+
+
+def parse_object(data: bytes, *, trusted: bool = False) -> Object:
+    """Decode canonical bytes into an object, checking encoding and shape.
+
+    `trusted=True` skips the canonical-form check, for bytes that were checked when they were stored.
+    """
+    return _from_value(cbor2.loads(data) if trusted else decode(data))
+
+
+def references(obj: Object) -> list[ObjectId]:
+    """The object ids an object points to."""
+    if isinstance(obj, Revision):
+        out = [obj.seq]
+        if obj.parent is not None:
+            out.append(obj.parent)
+        out.extend(obj.operation_ids())
+        return out
+    if isinstance(obj, SeqNode):
+        if obj.level == 0:
+            return [ObjectId(oid) for _, oid in obj.items if oid is not None]
+        return [ObjectId(oid) for oid, _ in obj.items]
+    if isinstance(obj, Entry):
+        return list(obj.blob_ids())
+    return []

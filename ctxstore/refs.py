@@ -1,0 +1,355 @@
+"""Refs: validated names for heads, compare-and-swap updates with their objects, and reflogs.
+
+A ref is a name under ``refs/heads/`` (conversations and their forks), ``refs/remotes/<remote>/`` (what
+was last fetched) or ``refs/tags/``, pointing at an object id. Names follow git's rules. Every update
+is a compare-and-swap inside one store write transaction, together with the objects it needs, so the
+objects and the ref move together or not at all; every move appends to the ref's reflog, which outlives
+the ref so that gc keeps what the log can still reach.
+"""
+
+from __future__ import annotations
+
+import time
+import unicodedata
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from . import codec
+from .codec import ObjectId, to_hex
+from .errors import (
+    EncodingError,
+    InvalidInput,
+    InvalidRefName,
+    MissingObject,
+    NonFastForward,
+    StoreError,
+    UnknownRef,
+)
+from .store.base import Transaction, TransactionalStore, check_oid
+
+__all__ = [
+    "ANY",
+    "HEADS",
+    "MAX_REF_NAME_BYTES",
+    "REMOTES",
+    "TAGS",
+    "ReflogEntry",
+    "Refs",
+    "apply_updates",
+    "check_ref_name",
+    "default_ref_name",
+    "is_valid_ref_name",
+    "ref_candidates",
+    "resolve_ref_name",
+]
+
+HEADS: Final = "refs/heads/"
+TAGS: Final = "refs/tags/"
+REMOTES: Final = "refs/remotes/"
+MAX_REF_NAME_BYTES: Final = 255
+_FORBIDDEN = frozenset(" ~^:?*[\\")
+# Unicode categories that are invisible or spacing: allowing them makes names that look alike but differ.
+_BAD_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp"})
+
+
+class _Any:
+    """The `old` value that matches whatever a ref holds (delete without a check)."""
+
+    def __repr__(self) -> str:
+        return "ANY"
+
+
+ANY: Final[Any] = _Any()
+
+
+def _why_invalid(name: object) -> str | None:
+    if not isinstance(name, str):
+        return f"a ref name must be a string, not {type(name).__name__}"
+    if not name:
+        return "a ref name cannot be empty"
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "it is not valid Unicode text"
+    if size > MAX_REF_NAME_BYTES:
+        return f"it is {size} bytes long; the limit is {MAX_REF_NAME_BYTES}"
+    for ch in name:
+        if ch in _FORBIDDEN:
+            return f"it contains {ch!r} (spaces and ~ ^ : ? * [ \\ are not allowed)"
+        if unicodedata.category(ch) in _BAD_CATEGORIES:
+            return f"it contains the control, invisible or space character U+{ord(ch):04X}"
+    if ".." in name:
+        return "it contains '..'"
+    if "@{" in name:
+        return "it contains '@{'"
+    if name.endswith("/"):
+        return "it ends with '/'"
+    if name.endswith("."):
+        return "it ends with '.'"
+    parts = name.split("/")
+    for part in parts:
+        if not part:
+            return "it has an empty component ('//' or a leading '/')"
+        if part.startswith("."):
+            return f"its component {part!r} starts with '.'"
+        if part.endswith(".lock"):
+            return f"its component {part!r} ends with '.lock'"
+    if parts[0] != "refs" or len(parts) < 3 or parts[1] not in ("heads", "tags", "remotes"):
+        return "full names live under refs/heads/, refs/tags/ or refs/remotes/<remote>/"
+    if parts[1] == "remotes" and len(parts) < 4:
+        return "remote refs are named refs/remotes/<remote>/<name>"
+    return None
+
+
+def check_ref_name(name: str) -> str:
+    """Check a full ref name against git's rules and our namespaces; returns it, or `InvalidRefName`."""
+    why = _why_invalid(name)
+    if why is not None:
+        raise InvalidRefName(f"invalid ref name {name!r}: {why}; use names like refs/heads/main or "
+                             "support/42")
+    return name
+
+
+def is_valid_ref_name(name: str) -> bool:
+    """Whether `check_ref_name` accepts the name."""
+    return _why_invalid(name) is None
+
+
+def ref_candidates(name: str) -> list[str]:
+    """The full names a short name may stand for, in the order they are tried (git's, heads first).
+
+    ``main`` -> refs/heads/main, refs/tags/main, refs/remotes/main; ``tags/v1`` -> refs/tags/v1 first;
+    a name starting with ``refs/`` stands only for itself. Only valid names are listed.
+    """
+    if not isinstance(name, str):
+        return []
+    if name.startswith("refs/"):
+        found = [name]
+    else:
+        found = [f"refs/{name}", f"{HEADS}{name}", f"{TAGS}{name}", f"{REMOTES}{name}"]
+    return [n for n in found if is_valid_ref_name(n)]
+
+
+def default_ref_name(name: str) -> str:
+    """The full name a short name gets when nothing exists yet: a head unless it names its namespace."""
+    found = ref_candidates(name)
+    if not found:
+        raise InvalidRefName(f"invalid ref name {name!r}: {_why_invalid(_plain_full(name))}; "
+                             "use names like main, support/42 or refs/heads/main")
+    return found[0]
+
+
+def _plain_full(name: object) -> object:
+    if isinstance(name, str) and not name.startswith("refs/"):
+        return HEADS + name
+    return name
+
+
+def resolve_ref_name(name: str, exists: Callable[[str], bool]) -> str:
+    """The full name a short name resolves to: the first existing candidate, else `default_ref_name`."""
+    for candidate in ref_candidates(name):
+        if exists(candidate):
+            return candidate
+    return default_ref_name(name)
+
+
+@dataclass(frozen=True, slots=True)
+class ReflogEntry:
+    """One move of a ref: from `old` to `new` (None: absent) at `time_ms`, with why."""
+
+    old: ObjectId | None
+    new: ObjectId | None
+    time_ms: int
+    message: str
+
+    def encode(self) -> bytes:
+        """The stored form: canonical CBOR."""
+        return codec.encode({"old": self.old, "new": self.new, "time": self.time_ms, "message": self.message})
+
+    @classmethod
+    def decode(cls, data: bytes) -> ReflogEntry:
+        """Read the stored form back; a damaged record is a `StoreError`."""
+        try:
+            value = codec.decode(data)
+            old, new, when, message = value["old"], value["new"], value["time"], value["message"]
+            if not (isinstance(when, int) and isinstance(message, str)):
+                raise TypeError
+            return cls(None if old is None else check_oid(old), None if new is None else check_oid(new),
+                       when, message)
+        except (EncodingError, KeyError, TypeError, InvalidInput):
+            raise StoreError("a reflog record is damaged; run `ctxstore fsck`") from None
+
+
+def _short(oid: ObjectId | None) -> str:
+    return "nothing" if oid is None else to_hex(oid)[:12]
+
+
+def _hex(oid: ObjectId | None) -> str | None:
+    return None if oid is None else to_hex(oid)
+
+
+def _mismatch(name: str, expected: ObjectId | None, current: ObjectId | None) -> NonFastForward:
+    if expected is None:
+        text = (f"ref {name} already exists at {_short(current)}; load it and build on it, "
+                "or update it with force")
+    elif current is None:
+        text = (f"ref {name} was deleted since you loaded it at {_short(expected)}; "
+                "recreate it with force or choose another name")
+    else:
+        text = (f"ref {name} moved to {_short(current)} since you loaded it at {_short(expected)}; "
+                "rebase onto it or commit with force")
+    return NonFastForward(text, ref=name, current=_hex(current), expected=_hex(expected))
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def apply_updates(txn: Transaction, updates: Mapping[str, tuple[ObjectId | Any | None, ObjectId | None]], *,
+                  message: str = "", now_ms: int | None = None) -> None:
+    """Compare-and-swap several full-named refs inside a caller's write transaction, all or nothing.
+
+    Each update is ``name: (old, new)``; `old` is what the ref must hold (None: must not exist, `ANY`:
+    no check), `new` what it will hold (None: delete). On the first mismatch `NonFastForward` is raised
+    and the caller's transaction must not commit (leaving its ``with`` block by the exception does that).
+    New targets must be in the store or written earlier in the same transaction.
+    """
+    when = _now_ms() if now_ms is None else now_ms
+    checked: list[tuple[str, ObjectId | None, ObjectId | None]] = []
+    for name, (old, new) in updates.items():
+        check_ref_name(name)
+        if old is not ANY and old is not None:
+            check_oid(old)
+        if new is not None:
+            check_oid(new)
+            if not txn.has(new):
+                raise MissingObject(f"ref {name} would point at {to_hex(new)}, which is not in the store; "
+                                    "write the object in the same update (objects=...)")
+        current = txn.get_ref(name)
+        if old is not ANY and current != old:
+            raise _mismatch(name, old, current)
+        checked.append((name, current, new))
+    for name, current, new in checked:
+        if current == new:
+            continue  # not a move: nothing to log
+        txn.set_ref(name, new)
+        txn.append_reflog(name, ReflogEntry(current, new, when, message).encode())
+
+
+class Refs:
+    """The refs of one store: lookups by short or full name, atomic updates, and reflogs.
+
+    Short names resolve like git's (`ref_candidates`); methods that write resolve inside their own
+    transaction, so a name means the same thing for the check and the update.
+    """
+
+    def __init__(self, store: TransactionalStore, *, clock: Callable[[], int] = _now_ms) -> None:
+        self._store = store
+        self._clock = clock
+
+    def resolve(self, name: str) -> str:
+        """The full name `name` stands for: an existing ref if one matches, else the default."""
+        with self._store.transaction() as txn:
+            return resolve_ref_name(name, lambda n: txn.get_ref(n) is not None)
+
+    def get(self, name: str) -> ObjectId | None:
+        """What a ref points at, or None if it does not exist (an unborn ref)."""
+        with self._store.transaction() as txn:
+            return txn.get_ref(resolve_ref_name(name, lambda n: txn.get_ref(n) is not None))
+
+    def __getitem__(self, name: str) -> ObjectId:
+        oid = self.get(name)
+        if oid is None:
+            raise UnknownRef(f"no ref named {name!r}; list refs with `ctxstore refs`")
+        return oid
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and bool(ref_candidates(name)) and self.get(name) is not None
+
+    def items(self, prefix: str | None = None) -> dict[str, ObjectId]:
+        """Full ref names to object ids, sorted, optionally only those starting with `prefix`."""
+        with self._store.transaction() as txn:
+            return txn.refs(prefix or "refs/")
+
+    def set_if_equals(self, name: str, old: ObjectId | None, new: ObjectId | None, *,
+                      objects: Iterable[tuple[ObjectId, bytes]] = (), message: str = "") -> str:
+        """Move a ref from `old` to `new` and write `objects`, in one transaction; returns the full name.
+
+        `old` None means the ref must not exist yet. If the ref holds anything else, `NonFastForward`
+        names both values and nothing (objects included) is written.
+        """
+        return self.set_many_if_equals({name: (old, new)}, objects=objects, message=message)[0]
+
+    def set_many_if_equals(self, updates: Mapping[str, tuple[ObjectId | Any | None, ObjectId | None]], *,
+                           objects: Iterable[tuple[ObjectId, bytes]] = (), message: str = "") -> list[str]:
+        """Compare-and-swap several refs and write `objects`, all or nothing; returns the full names."""
+        if not updates:
+            raise InvalidInput("no ref updates given")
+        with self._store.transaction(write=True) as txn:
+            full: dict[str, tuple[Any, ObjectId | None]] = {}
+            for name, change in updates.items():
+                full_name = resolve_ref_name(name, lambda n: txn.get_ref(n) is not None)
+                if full_name in full:
+                    raise InvalidInput(f"ref {full_name} is updated twice in one batch ({name!r})")
+                full[full_name] = change
+            txn.put_objects(objects)
+            apply_updates(txn, full, message=message, now_ms=self._clock())
+        return list(full)
+
+    def set(self, name: str, new: ObjectId, *, objects: Iterable[tuple[ObjectId, bytes]] = (),
+            message: str = "") -> str:
+        """Point a ref at `new` whatever it held (a forced update; the old value stays in the reflog)."""
+        return self.set_many_if_equals({name: (ANY, new)}, objects=objects, message=message)[0]
+
+    def delete(self, name: str, old: ObjectId | Any = ANY, *, message: str = "") -> str:
+        """Delete a ref (if it holds `old`, when given); its reflog is kept. Returns the full name."""
+        with self._store.transaction(write=True) as txn:
+            full = resolve_ref_name(name, lambda n: txn.get_ref(n) is not None)
+            if txn.get_ref(full) is None:
+                raise UnknownRef(f"no ref named {name!r} to delete; list refs with `ctxstore refs`")
+            apply_updates(txn, {full: (old, None)}, message=message or "deleted", now_ms=self._clock())
+        return full
+
+    def rename(self, old_name: str, new_name: str, *, message: str = "") -> str:
+        """Rename a ref, moving its reflog with it; the new name must be free. Returns its full name."""
+        with self._store.transaction(write=True) as txn:
+            source = resolve_ref_name(old_name, lambda n: txn.get_ref(n) is not None)
+            target_oid = txn.get_ref(source)
+            if target_oid is None:
+                raise UnknownRef(f"no ref named {old_name!r} to rename; list refs with `ctxstore refs`")
+            dest = resolve_ref_name(new_name, lambda n: txn.get_ref(n) is not None)
+            if dest == source:
+                return dest
+            existing = txn.get_ref(dest)
+            if existing is not None:
+                raise _mismatch(dest, None, existing)
+            for record in reversed(txn.reflog(source)):
+                txn.append_reflog(dest, record)
+            txn.delete_reflog(source)
+            txn.set_ref(source, None)
+            txn.set_ref(dest, target_oid)
+            note = message or f"renamed from {source}"
+            txn.append_reflog(dest, ReflogEntry(target_oid, target_oid, self._clock(), note).encode())
+        return dest
+
+    def reflog(self, name: str, limit: int | None = None) -> list[ReflogEntry]:
+        """A ref's moves, newest first; also for a deleted ref (give its full name)."""
+        with self._store.transaction() as txn:
+            full = resolve_ref_name(name, lambda n: bool(txn.reflog(n, limit=1)))
+            return [ReflogEntry.decode(r) for r in txn.reflog(full, limit)]
+
+    def reflog_names(self) -> list[str]:
+        """Every ref name with a reflog, deleted refs included (gc keeps what these reach)."""
+        with self._store.transaction() as txn:
+            return txn.reflog_names()
+
+    def reflog_targets(self) -> set[ObjectId]:
+        """Every object id any reflog entry points at, old or new: roots that gc must keep."""
+        found: set[ObjectId] = set()
+        with self._store.transaction() as txn:
+            for name in txn.reflog_names():
+                for record in txn.reflog(name):
+                    entry = ReflogEntry.decode(record)
+                    found.update(o for o in (entry.old, entry.new) if o is not None)
+        return found

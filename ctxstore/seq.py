@@ -1,0 +1,149 @@
+"""The sequence tree: a revision's ordered (entry id, entry oid) list as a content-defined chunked tree.
+
+The list is cut into leaves after every item whose boundary hash falls under 1/`CHUNK_TARGET` of the
+hash space (or when a chunk reaches `CHUNK_MAX` items); the leaves are cut the same way by their own
+object ids into level-1 nodes, and so on up until one node is left: the root. The cut points depend only
+on content, so the same list always gives the same root, an append rewrites only the right-hand spine,
+a local edit rewrites O(log n) nodes around it, and two trees are diffed by skipping equal subtrees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import blake3
+
+from .codec import ObjectId
+from .objects import SeqNode
+
+__all__ = [
+    "CHUNK_MAX",
+    "CHUNK_TARGET",
+    "SeqDiff",
+    "append",
+    "build",
+    "diff",
+    "iter_items",
+    "leaf_hash",
+]
+
+CHUNK_TARGET = 32
+"""Average items per node: an item ends its chunk with probability 1/CHUNK_TARGET."""
+CHUNK_MAX = 128
+"""A chunk that reaches this many items ends there."""
+_THRESHOLD = 2**32 // CHUNK_TARGET
+
+Item = list[Any]  # [entry id, entry oid | None] in a leaf; [child oid, count] above
+GetNode = Callable[[ObjectId], SeqNode]
+PutNode = Callable[[SeqNode], ObjectId]
+
+
+def leaf_hash(entry_id: str, oid: bytes | None) -> bytes:
+    """The boundary hash of a leaf item: the entry's oid, or blake3 of the id where it has no entry."""
+    return oid if oid is not None else blake3.blake3(entry_id.encode()).digest()
+
+
+def _chunks(items: Sequence[Item], level: int) -> list[list[Item]]:
+    out: list[list[Item]] = []
+    current: list[Item] = []
+    for item in items:
+        current.append(item)
+        h = leaf_hash(item[0], item[1]) if level == 0 else item[0]
+        if len(current) >= CHUNK_MAX or int.from_bytes(h[:4], "big") < _THRESHOLD:
+            out.append(current)
+            current = []
+    if current:
+        out.append(current)
+    return out
+
+
+def _write_level(items: Sequence[Item], level: int, put: PutNode) -> list[Item]:
+    refs: list[Item] = []
+    for chunk in _chunks(items, level):
+        count = len(chunk) if level == 0 else sum(c[1] for c in chunk)
+        refs.append([put(SeqNode(level, chunk)), count])
+    return refs
+
+
+def _close(refs: list[Item], level: int, put: PutNode) -> ObjectId:
+    while len(refs) > 1:
+        level += 1
+        refs = _write_level(refs, level, put)
+    return ObjectId(refs[0][0])
+
+
+def build(items: Iterable[Item], put: PutNode) -> ObjectId:
+    """Write the tree of a whole list; returns its root id."""
+    leaf_items = [[i, o] for i, o in items]
+    if not leaf_items:
+        return put(SeqNode(0, []))
+    return _close(_write_level(leaf_items, 0, put), 0, put)
+
+
+def append(root: ObjectId, items: Iterable[Item], get: GetNode, put: PutNode) -> ObjectId:
+    """Append items to a tree, rewriting only its right-hand spine; returns the new root id.
+
+    Every chunk left of the spine ends at a cut that appending cannot move, so re-cutting the last node
+    of each level gives the same tree as `build` of the whole list.
+    """
+    new = [[i, o] for i, o in items]
+    if not new:
+        return root
+    spine = [get(root)]
+    while spine[-1].level > 0:
+        spine.append(get(ObjectId(spine[-1].items[-1][0])))
+    refs = _write_level(spine[-1].items + new, 0, put)
+    for node in reversed(spine[:-1]):
+        refs = _write_level(node.items[:-1] + refs, node.level, put)
+    return _close(refs, spine[0].level, put)
+
+
+def iter_items(root: ObjectId, get: GetNode) -> Iterator[tuple[str, ObjectId | None]]:
+    """Every (entry id, entry oid or None) pair of a tree, in order."""
+    node = get(root)
+    if node.level == 0:
+        for entry_id, oid in node.items:
+            yield entry_id, oid
+        return
+    for child, _ in node.items:
+        yield from iter_items(ObjectId(child), get)
+
+
+@dataclass
+class SeqDiff:
+    """What two trees do not share: node ids on each side and the leaves under them."""
+
+    a_nodes: list[ObjectId] = field(default_factory=list)
+    b_nodes: list[ObjectId] = field(default_factory=list)
+    a_leaves: list[SeqNode] = field(default_factory=list)
+    b_leaves: list[SeqNode] = field(default_factory=list)
+
+
+def diff(a: Iterable[ObjectId], b: Iterable[ObjectId], get: GetNode) -> SeqDiff:
+    """Compare the trees under roots `a` and those under roots `b`, skipping equal subtrees.
+
+    Both frontiers are expanded from the highest level down; a node present on both sides is dropped
+    without being read, so the cost follows the size of the difference, not of the trees.
+    """
+    out = SeqDiff()
+    side_a = {oid: get(oid).level for oid in a}
+    side_b = {oid: get(oid).level for oid in b}
+    while True:
+        for oid in side_a.keys() & side_b.keys():
+            del side_a[oid], side_b[oid]
+        top = max([*side_a.values(), *side_b.values()], default=0)
+        if top == 0:
+            break
+        for side, nodes in ((side_a, out.a_nodes), (side_b, out.b_nodes)):
+            for oid in [o for o, level in side.items() if level == top]:
+                del side[oid]
+                nodes.append(oid)
+                for child, _ in get(oid).items:
+                    side[ObjectId(child)] = top - 1
+    out.a_nodes.extend(side_a)
+    out.b_nodes.extend(side_b)
+    out.a_leaves.extend(get(oid) for oid in side_a)
+    out.b_leaves.extend(get(oid) for oid in side_b)
+    return out

@@ -1,0 +1,717 @@
+"""The durable object store: objects, refs, reflogs and config in one LMDB environment.
+
+Layout: one LMDB environment (a directory holding ``data.mdb`` and ``lock.mdb``) with these named
+databases, all written only through transactions:
+
+=========  ==================================  ==================================================
+database   key                                 value
+=========  ==================================  ==================================================
+objects    object id (32 raw bytes)            codec byte + (raw | zstd | dict id + zstd) bytes
+times      object id                           last write time, ms since the epoch, 8 bytes BE
+refs       ref name (UTF-8)                    object id
+reflog     ref name, NUL, sequence (8 bytes)   a record (the refs layer encodes it)
+config     key (UTF-8)                         bytes
+dicts      dictionary id (4 bytes BE)          a zstd dictionary; the highest id is current
+=========  ==================================  ==================================================
+
+The environment is opened once per process and path (LMDB forbids opening one file twice in a process)
+and shared by every `LmdbStore` on that path; a forked child opens its own instead of touching the
+parent's. Only this module imports `lmdb`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import lmdb
+import zstandard
+
+from .. import codec
+from ..codec import ObjectId, to_hex
+from ..errors import EncodingError, MissingObject, NotARepository, StoreError
+from .base import StoreStats, Transaction, WriteSet, check_oid
+
+__all__ = ["DEFAULT_MAP_SIZE", "LmdbStore"]
+
+DEFAULT_MAP_SIZE = 64 * 1024 * 1024
+"""Initial map size for a new store; it grows when full (LMDB's map is address space, not disk)."""
+MAX_READERS = 1022
+"""Reader slots: one per concurrent read transaction across all processes (lock file grows 64 B each)."""
+DICT_MAX_OBJECT = 64 * 1024
+"""Objects up to this size are compressed with the trained dictionary; larger ones gain nothing from it."""
+_DB_NAMES = (b"objects", b"times", b"refs", b"reflog", b"config", b"dicts")
+_ITER_BATCH = 4096
+_GROW_STEP_LIMIT = 4 * 1024**3
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _store_error(exc: lmdb.Error, path: str, doing: str) -> StoreError:
+    return StoreError(f"LMDB failed while {doing} in {path}: {exc}; check disk space and permissions, "
+                      "and run `ctxstore fsck` if it persists")
+
+
+class _SharedLock:
+    """Many transactions or one map resize: LMDB's set_mapsize needs no transaction active in-process."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._active = 0
+        self._resizing = False
+        self._waiting = 0
+        self._mine = threading.local()
+
+    def held_here(self) -> int:
+        return getattr(self._mine, "n", 0)
+
+    def acquire(self) -> None:
+        with self._cond:
+            # A thread already inside a transaction must not wait for a resize that waits for it.
+            while (self._resizing or self._waiting) and self.held_here() == 0:
+                self._cond.wait()
+            self._active += 1
+        self._mine.n = self.held_here() + 1
+
+    def release(self) -> None:
+        self._mine.n = self.held_here() - 1
+        with self._cond:
+            self._active -= 1
+            self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        if self.held_here():
+            raise StoreError("the LMDB map must be resized while this thread holds another transaction "
+                             "open; finish that transaction first")
+        with self._cond:
+            # Announce the resize so new transactions wait and the active ones can drain.
+            self._waiting += 1
+            while self._resizing or self._active:
+                self._cond.wait()
+            self._waiting -= 1
+            self._resizing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._resizing = False
+                self._cond.notify_all()
+
+
+class _Env:
+    """One process's handle on one LMDB environment, shared by every LmdbStore on that path."""
+
+    def __init__(self, path: str, map_size: int, durable: bool, readonly: bool) -> None:
+        self.path = path
+        self.pid = os.getpid()
+        self.durable = durable
+        self.readonly = readonly
+        self.users = 0
+        self.lock = _SharedLock()
+        self.writing = threading.local()
+        self.dicts: dict[int, zstandard.ZstdCompressionDict] = {}
+        self.current_dict = 0
+        data_file = os.path.join(path, "data.mdb")
+        if os.path.exists(data_file):
+            # Start at least as large as the file so reopening a big store does not grow step by step.
+            map_size = max(map_size, os.path.getsize(data_file))
+        try:
+            self.env = lmdb.open(path, map_size=map_size, subdir=True, readonly=readonly, create=not readonly,
+                                 max_dbs=len(_DB_NAMES) + 2, max_readers=MAX_READERS, sync=durable,
+                                 metasync=durable, lock=True)
+        except lmdb.Error as exc:
+            raise _store_error(exc, path, "opening the store") from None
+        try:
+            # Slots left by processes that died inside a read transaction would pin old pages forever.
+            self.env.reader_check()
+            self.dbs = self._open_dbs()
+            with self.env.begin() as txn:
+                self._load_dicts(txn)
+        except BaseException:
+            self.env.close()
+            raise
+
+    def _open_dbs(self) -> dict[bytes, lmdb._Database]:
+        dbs = {}
+        try:
+            if self.readonly:
+                with self.env.begin() as txn:
+                    for name in _DB_NAMES:
+                        dbs[name] = self.env.open_db(name, txn=txn, create=False)
+            else:
+                with self.env.begin(write=True) as txn:
+                    for name in _DB_NAMES:
+                        dbs[name] = self.env.open_db(name, txn=txn, create=True)
+        except lmdb.NotFoundError:
+            raise NotARepository(f"{self.path} is not a ctxstore store (its databases are missing); "
+                                 "open it writable once or point at the right directory") from None
+        except lmdb.Error as exc:
+            raise _store_error(exc, self.path, "opening its databases") from None
+        return dbs
+
+    def _load_dicts(self, txn: lmdb.Transaction) -> None:
+        cursor = txn.cursor(db=self.dbs[b"dicts"])
+        for key, value in cursor:
+            dict_id = int.from_bytes(key, "big")
+            if dict_id not in self.dicts:
+                self.dicts[dict_id] = zstandard.ZstdCompressionDict(bytes(value))
+            self.current_dict = max(self.current_dict, dict_id)
+
+    # -- transactions with map growth -----------------------------------------------------------------
+
+    def begin(self, write: bool) -> lmdb.Transaction:
+        """Begin an LMDB transaction, adopting a map that another process grew."""
+        while True:
+            self.lock.acquire()
+            try:
+                return self.env.begin(write=write)
+            except lmdb.MapResizedError:
+                self.lock.release()
+                self.adopt_growth()
+            except lmdb.Error as exc:
+                self.lock.release()
+                raise _store_error(exc, self.path, "beginning a transaction") from None
+            except BaseException:
+                self.lock.release()
+                raise
+
+    def end(self, txn: lmdb.Transaction, *, commit: bool) -> None:
+        try:
+            if commit:
+                txn.commit()
+            else:
+                txn.abort()
+        finally:
+            self.lock.release()
+
+    def adopt_growth(self) -> None:
+        with self.lock.exclusive():
+            try:
+                self.env.set_mapsize(0)  # 0: take the size another process recorded
+            except lmdb.Error as exc:
+                raise _store_error(exc, self.path, "adopting a map grown by another process") from None
+
+    def grow(self, seen: int, need: int) -> None:
+        """Grow the map after a MapFullError at size `seen` (unless another thread already did)."""
+        with self.lock.exclusive():
+            info = self.env.info()
+            if info["map_size"] > seen:
+                return
+            used = (info["last_pgno"] + 1) * self.env.stat()["psize"]
+            step = min(max(seen, 2 * need, 1 << 20), _GROW_STEP_LIMIT)
+            new = max(seen + step, used + 2 * need)
+            new = -(-new // (1 << 16)) * (1 << 16)
+            try:
+                self.env.set_mapsize(new)
+            except lmdb.Error as exc:
+                raise _store_error(exc, self.path, f"growing the map to {new} bytes") from None
+
+    def write(self, txn_obj: Transaction, first: lmdb.Transaction, *, now: int, sync: bool) -> None:
+        """Apply a transaction's writes and commit, growing the map and retrying if it fills."""
+        w = txn_obj._writes
+        assert w is not None
+        ltxn = first
+        while True:
+            seen = self.env.info()["map_size"]
+            try:
+                if w:
+                    self.apply(ltxn, w, now)
+                self.end(ltxn, commit=True)
+                break
+            except lmdb.MapFullError:
+                self.end(ltxn, commit=False)
+            except lmdb.Error as exc:
+                self.end(ltxn, commit=False)
+                raise _store_error(exc, self.path, "committing a transaction") from None
+            except BaseException:
+                self.end(ltxn, commit=False)
+                raise
+            self.grow(seen, w.size_hint())
+            ltxn = self.begin(write=True)
+            # Another writer may have run while the writer slot was free: apply only if what this
+            # transaction read (and based its writes on) is unchanged.
+            if not txn_obj._rebind(_LmdbSnapshot(self, ltxn)):
+                self.end(ltxn, commit=False)
+                raise StoreError("the store map filled and grew during a transaction, and another writer "
+                                 "changed what the transaction had read; nothing was written, retry it")
+        if sync and w and not self.durable:
+            self.sync()  # a durable store sharing an environment that was opened non-durable
+
+    def raw_write(self, fn: Callable[[lmdb.Transaction], int], *, need: int, sync: bool) -> int:
+        """Run `fn` in a write transaction of its own and commit, growing the map and re-running it."""
+        while True:
+            ltxn = self.begin(write=True)
+            seen = self.env.info()["map_size"]
+            try:
+                result = fn(ltxn)
+                self.end(ltxn, commit=True)
+                break
+            except lmdb.MapFullError:
+                self.end(ltxn, commit=False)
+            except lmdb.Error as exc:
+                self.end(ltxn, commit=False)
+                raise _store_error(exc, self.path, "committing a transaction") from None
+            except BaseException:
+                self.end(ltxn, commit=False)
+                raise
+            self.grow(seen, need)
+        if sync and not self.durable:
+            self.sync()
+        return result
+
+    def apply(self, txn: lmdb.Transaction, w: WriteSet, now_ms: int) -> None:
+        dbs = self.dbs
+        objects, times = dbs[b"objects"], dbs[b"times"]
+        now = now_ms.to_bytes(8, "big")
+        for oid in w.deleted:
+            txn.delete(oid, db=objects)
+            txn.delete(oid, db=times)
+        if w.objects:
+            dict_id = self._current_dict(txn)
+            dictionary = self.dicts.get(dict_id)
+            put = txn.put
+            for oid, data in w.objects.items():
+                if len(data) <= DICT_MAX_OBJECT and dictionary is not None:
+                    value = codec.compress(data, dictionary=dictionary, dict_id=dict_id)
+                else:
+                    value = codec.compress(data)
+                put(oid, value, db=objects, overwrite=False)
+                put(oid, now, db=times)
+        refs = dbs[b"refs"]
+        for name, target in w.refs.items():
+            if target is None:
+                txn.delete(name.encode(), db=refs)
+            else:
+                txn.put(name.encode(), target, db=refs)
+        reflog = dbs[b"reflog"]
+        for name in w.reflog_cleared:
+            prefix = name.encode() + b"\x00"
+            cursor = txn.cursor(db=reflog)
+            if cursor.set_range(prefix):
+                while cursor.key().startswith(prefix):
+                    if not cursor.delete():
+                        break
+        for name, records in w.reflog_appends.items():
+            seq = self._next_reflog_seq(txn, name)
+            prefix = name.encode() + b"\x00"
+            for record in records:
+                txn.put(prefix + seq.to_bytes(8, "big"), record, db=reflog)
+                seq += 1
+        config = dbs[b"config"]
+        for key, value in w.config.items():
+            if value is None:
+                txn.delete(key.encode(), db=config)
+            else:
+                txn.put(key.encode(), value, db=config)
+
+    def _current_dict(self, txn: lmdb.Transaction) -> int:
+        # Another process may have trained a newer dictionary; one cursor step per commit finds it.
+        cursor = txn.cursor(db=self.dbs[b"dicts"])
+        if cursor.last():
+            dict_id = int.from_bytes(cursor.key(), "big")
+            if dict_id not in self.dicts:
+                self._load_dicts(txn)
+            return dict_id
+        return 0
+
+    def _next_reflog_seq(self, txn: lmdb.Transaction, name: str) -> int:
+        prefix = name.encode() + b"\x00"
+        cursor = txn.cursor(db=self.dbs[b"reflog"])
+        found = cursor.prev() if cursor.set_range(name.encode() + b"\x01") else cursor.last()
+        if found and cursor.key().startswith(prefix) and len(cursor.key()) == len(prefix) + 8:
+            return int.from_bytes(cursor.key()[-8:], "big") + 1
+        return 0
+
+    def decode_value(self, txn: lmdb.Transaction, oid: ObjectId, value: bytes) -> bytes:
+        if value[:1] == bytes([codec.ZSTD_DICT]) and int.from_bytes(value[1:5], "big") not in self.dicts:
+            self._load_dicts(txn)
+        try:
+            return codec.decompress(value, dictionaries=self.dicts)
+        except EncodingError as exc:
+            raise StoreError(f"stored object {to_hex(oid)} is corrupt ({exc}); run `ctxstore fsck`") from None
+
+    def sync(self) -> None:
+        try:
+            self.env.sync(True)
+        except lmdb.Error as exc:
+            raise _store_error(exc, self.path, "flushing to disk") from None
+
+
+class _LmdbSnapshot:
+    """An LMDB transaction seen through the `Snapshot` protocol."""
+
+    __slots__ = ("_e", "_t")
+
+    def __init__(self, env: _Env, txn: lmdb.Transaction) -> None:
+        self._e = env
+        self._t = txn
+
+    def get(self, oid: ObjectId) -> bytes | None:
+        value = self._t.get(oid, db=self._e.dbs[b"objects"])
+        return None if value is None else self._e.decode_value(self._t, oid, value)
+
+    def has(self, oid: ObjectId) -> bool:
+        return self._t.get(oid, db=self._e.dbs[b"objects"]) is not None
+
+    def written_at(self, oid: ObjectId) -> int | None:
+        value = self._t.get(oid, db=self._e.dbs[b"times"])
+        return None if value is None else int.from_bytes(value, "big")
+
+    def get_ref(self, name: str) -> ObjectId | None:
+        value = self._t.get(name.encode(), db=self._e.dbs[b"refs"])
+        return None if value is None else ObjectId(bytes(value))
+
+    def refs(self, prefix: str) -> dict[str, ObjectId]:
+        start = prefix.encode()
+        cursor = self._t.cursor(db=self._e.dbs[b"refs"])
+        found: dict[str, ObjectId] = {}
+        if cursor.set_range(start):
+            for key, value in cursor:
+                if not key.startswith(start):
+                    break
+                found[bytes(key).decode()] = ObjectId(bytes(value))
+        return found
+
+    def reflog(self, name: str) -> list[bytes]:
+        prefix = name.encode() + b"\x00"
+        cursor = self._t.cursor(db=self._e.dbs[b"reflog"])
+        found = cursor.prev() if cursor.set_range(name.encode() + b"\x01") else cursor.last()
+        records: list[bytes] = []
+        while found and cursor.key().startswith(prefix):
+            if len(cursor.key()) == len(prefix) + 8:
+                records.append(bytes(cursor.value()))
+            found = cursor.prev()
+        return records
+
+    def reflog_names(self) -> list[str]:
+        cursor = self._t.cursor(db=self._e.dbs[b"reflog"])
+        names: list[str] = []
+        found = cursor.first()
+        while found:
+            name = bytes(cursor.key()).split(b"\x00", 1)[0]
+            names.append(name.decode())
+            found = cursor.set_range(name + b"\x01")
+        return names
+
+    def get_config(self, key: str) -> bytes | None:
+        value = self._t.get(key.encode(), db=self._e.dbs[b"config"])
+        return None if value is None else bytes(value)
+
+
+# -- one environment per process and path -------------------------------------------------------------
+
+_registry: dict[tuple[str, int], _Env] = {}
+_registry_lock = threading.Lock()
+# Environments inherited across fork: never closed or used in the child, only kept from the collector,
+# since closing them could disturb the parent's reader slots.
+_inherited: list[_Env] = []
+
+
+def _after_fork_in_child() -> None:
+    global _registry_lock
+    _registry_lock = threading.Lock()
+    _inherited.extend(_registry.values())
+    _registry.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _acquire(path: str, map_size: int, durable: bool, readonly: bool) -> _Env:
+    key = (path, os.getpid())
+    with _registry_lock:
+        env = _registry.get(key)
+        if env is None:
+            env = _Env(path, map_size, durable, readonly)
+            _registry[key] = env
+        elif env.readonly and not readonly:
+            raise StoreError(f"{path} is already open read-only in this process; close that store before "
+                             "opening it for writing")
+        env.users += 1
+        return env
+
+
+def _release(env: _Env) -> None:
+    with _registry_lock:
+        env.users -= 1
+        key = (env.path, env.pid)
+        if env.users <= 0 and _registry.get(key) is env:
+            del _registry[key]
+            env.env.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    map_size: int
+    durable: bool
+    readonly: bool
+
+
+class LmdbStore:
+    """A durable, multi-process object store with refs, reflogs and config, on LMDB.
+
+    `path` is a directory (created unless `readonly`). With `durable=True` (the default) a write
+    transaction is on disk when it returns; `durable=False` skips the fsync per commit for bulk work: a
+    crash of the machine (not of the process) may lose the latest commits but never corrupts the store,
+    and `sync()` flushes. One process shares one LMDB environment per path between all its stores; the
+    first store opened decides the environment's sync mode, and a durable store on an environment opened
+    non-durable flushes after each of its commits.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE,
+                 durable: bool = True, readonly: bool = False,
+                 clock: Callable[[], int] | None = None) -> None:
+        path = os.fspath(path)
+        if readonly and not os.path.isdir(path):
+            raise NotARepository(f"no store at {path}; create it by opening it without readonly=True")
+        if not readonly:
+            try:
+                os.makedirs(path, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the store directory {path}: {exc}") from None
+        if map_size < 1 << 12:
+            map_size = 1 << 12
+        self.path = os.path.realpath(path)
+        self._opts = _Options(map_size, durable, readonly)
+        self._clock = clock or _now_ms
+        self._env: _Env | None = _acquire(self.path, map_size, durable, readonly)
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    @property
+    def durable(self) -> bool:
+        """Whether each write transaction is flushed to disk before it returns."""
+        return self._opts.durable
+
+    @property
+    def readonly(self) -> bool:
+        """Whether writes are refused."""
+        return self._opts.readonly
+
+    def _handle(self) -> _Env:
+        env = self._env
+        if env is None:
+            raise StoreError(f"the store at {self.path} is closed; open it again")
+        if env.pid != os.getpid():
+            # A forked child: the parent's environment must not be used here; open our own.
+            opts = self._opts
+            self._env = env = _acquire(self.path, opts.map_size, opts.durable, opts.readonly)
+        return env
+
+    def close(self) -> None:
+        """Release this store's hold on the environment (closed when its last store closes)."""
+        env, self._env = self._env, None
+        if env is not None and env.pid == os.getpid():
+            _release(env)
+
+    def __enter__(self) -> LmdbStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def sync(self) -> None:
+        """Flush every commit so far to disk (what `durable=False` skips per commit)."""
+        self._handle().sync()
+
+    # -- transactions ----------------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self, *, write: bool = False) -> Iterator[Transaction]:
+        """A transaction; with write=True its writes apply atomically when the block exits normally.
+
+        Only one write transaction runs at a time across all processes; keep them short. A thread may
+        not open a write transaction inside another one on the same store.
+        """
+        env = self._handle()
+        if write:
+            if self._opts.readonly:
+                raise StoreError(f"the store at {self.path} was opened read-only; open it without "
+                                 "readonly=True to write")
+            if getattr(env.writing, "active", False):
+                raise StoreError("a write transaction is already open in this thread; LMDB allows one "
+                                 "writer at a time, so do this work inside that transaction")
+        ltxn = env.begin(write)
+        txn = Transaction(_LmdbSnapshot(env, ltxn), write=write)
+        if write:
+            env.writing.active = True
+        try:
+            try:
+                yield txn
+            except BaseException:
+                env.end(ltxn, commit=False)
+                raise
+            if write:
+                env.write(txn, ltxn, now=self._clock(), sync=self._opts.durable)
+            else:
+                env.end(ltxn, commit=False)
+        finally:
+            txn._end()
+            if write:
+                env.writing.active = False
+
+    @contextmanager
+    def _reading(self) -> Iterator[tuple[_Env, lmdb.Transaction]]:
+        env = self._handle()
+        ltxn = env.begin(False)
+        try:
+            yield env, ltxn
+        finally:
+            env.end(ltxn, commit=False)
+
+    # -- the ObjectStore protocol ----------------------------------------------------------------------
+
+    def get(self, oid: ObjectId) -> bytes:
+        """The canonical bytes of an object; `MissingObject` if absent."""
+        with self._reading() as (env, ltxn):
+            value = ltxn.get(oid, db=env.dbs[b"objects"])
+            if value is None:
+                raise MissingObject(f"object {to_hex(oid)} is not in the store")
+            return env.decode_value(ltxn, oid, value)
+
+    def has(self, oid: ObjectId) -> bool:
+        """Whether the object is held."""
+        with self._reading() as (env, ltxn):
+            return ltxn.get(oid, db=env.dbs[b"objects"]) is not None
+
+    def __contains__(self, oid: object) -> bool:
+        return isinstance(oid, bytes) and self.has(ObjectId(oid))
+
+    def put(self, oid: ObjectId, data: bytes) -> bool:
+        """Store one object; returns whether it was new."""
+        return self.put_many([(oid, data)]) == 1
+
+    def put_many(self, objects: Iterable[tuple[ObjectId, bytes]]) -> int:
+        """Store objects in one write transaction; returns how many were new."""
+        with self.transaction(write=True) as txn:
+            return txn.put_objects(objects)
+
+    def delete_many(self, oids: Iterable[ObjectId]) -> int:
+        """Delete objects in one write transaction; returns how many were there."""
+        with self.transaction(write=True) as txn:
+            return txn.delete_objects(oids)
+
+    def __iter__(self) -> Iterator[ObjectId]:
+        """Every object id, read in batches so no read transaction stays open between them."""
+        after = b""
+        while True:
+            with self._reading() as (env, ltxn):
+                cursor = ltxn.cursor(db=env.dbs[b"objects"])
+                batch: list[ObjectId] = []
+                found = cursor.set_range(after)
+                if found and after and cursor.key() == after:
+                    found = cursor.next()
+                while found and len(batch) < _ITER_BATCH:
+                    batch.append(ObjectId(bytes(cursor.key())))
+                    found = cursor.next()
+            yield from batch
+            if len(batch) < _ITER_BATCH:
+                return
+            after = batch[-1]
+
+    def __len__(self) -> int:
+        with self._reading() as (env, ltxn):
+            return int(ltxn.stat(env.dbs[b"objects"])["entries"])
+
+    # -- the rest of TransactionalStore ----------------------------------------------------------------
+
+    def written_at(self, oid: ObjectId) -> int | None:
+        """When the object was last written (ms since the epoch), or None if it is not held."""
+        with self._reading() as (env, ltxn):
+            return _LmdbSnapshot(env, ltxn).written_at(oid)
+
+    def stored_size(self, oid: ObjectId) -> int:
+        """Bytes the object's value occupies (codec byte plus compressed bytes)."""
+        check_oid(oid)
+        with self._reading() as (env, ltxn):
+            value = ltxn.get(oid, db=env.dbs[b"objects"])
+            if value is None:
+                raise MissingObject(f"object {to_hex(oid)} is not in the store")
+            return len(value)
+
+    def stats(self) -> StoreStats:
+        """Object count, canonical and stored bytes, and the pages in use in the data file."""
+        objects = object_bytes = stored_bytes = 0
+        with self._reading() as (env, ltxn):
+            for _key, value in ltxn.cursor(db=env.dbs[b"objects"]):
+                objects += 1
+                stored_bytes += len(value)
+                object_bytes += _canonical_size(value)
+            file_bytes = (env.env.info()["last_pgno"] + 1) * env.env.stat()["psize"]
+        return StoreStats(objects=objects, object_bytes=object_bytes, stored_bytes=stored_bytes,
+                          file_bytes=file_bytes)
+
+    def map_size(self) -> int:
+        """The current size of this process's map of the store, in bytes."""
+        return int(self._handle().env.info()["map_size"])
+
+    # -- compression dictionary ------------------------------------------------------------------------
+
+    def dictionary_id(self) -> int:
+        """The id of the dictionary new writes are compressed with (0: none)."""
+        with self._reading() as (env, ltxn):
+            return env._current_dict(ltxn)
+
+    def train_dictionary(self, *, samples: int = 4000, dict_size: int = 32 * 1024,
+                         min_gain: float = 0.05) -> int | None:
+        """Train a zstd dictionary on stored objects and compress new writes with it if it helps.
+
+        Samples up to `samples` objects of at most 64 KiB (object ids are hashes, so the first ones in
+        key order are a random sample), trains on four fifths and measures the rest. If the dictionary
+        saves less than `min_gain` of the compressed size it is not kept and None is returned;
+        otherwise it is stored under a new id, which is returned. Values already stored keep their
+        encoding and keep decoding.
+        """
+        picked: list[bytes] = []
+        with self._reading() as (env, ltxn):
+            for key, value in ltxn.cursor(db=env.dbs[b"objects"]):
+                if _canonical_size(value) <= DICT_MAX_OBJECT:
+                    picked.append(env.decode_value(ltxn, ObjectId(bytes(key)), value))
+                    if len(picked) >= samples:
+                        break
+        if len(picked) < 64:
+            return None
+        random.Random(len(picked)).shuffle(picked)
+        held_out = picked[: max(len(picked) // 5, 16)]
+        training = picked[len(held_out):]
+        try:
+            trained = zstandard.train_dictionary(dict_size, training)
+        except zstandard.ZstdError:
+            return None  # too few or too uniform samples: nothing to gain
+        plain = sum(len(codec.compress(d)) for d in held_out)
+        candidate = zstandard.ZstdCompressionDict(trained.as_bytes())
+        with_dict = sum(len(codec.compress(d, dictionary=candidate, dict_id=1)) for d in held_out)
+        if with_dict > plain * (1 - min_gain):
+            return None
+        env = self._handle()
+        data = trained.as_bytes()
+
+        def store(ltxn: lmdb.Transaction) -> int:
+            dict_id = env._current_dict(ltxn) + 1
+            ltxn.put(dict_id.to_bytes(4, "big"), data, db=env.dbs[b"dicts"])
+            return dict_id
+
+        dict_id = env.raw_write(store, need=len(data), sync=self._opts.durable)
+        env.dicts.setdefault(dict_id, zstandard.ZstdCompressionDict(data))
+        return dict_id
+
+
+def _canonical_size(value: bytes) -> int:
+    """An object's canonical size from its stored value, without decompressing it."""
+    codec_byte = value[0]
+    if codec_byte == codec.RAW:
+        return len(value) - 1
+    frame = value[1:] if codec_byte == codec.ZSTD else value[5:]
+    try:
+        size = zstandard.frame_content_size(bytes(frame[:18]))
+    except zstandard.ZstdError:
+        return 0
+    return max(size, 0)
