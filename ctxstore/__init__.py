@@ -1,5 +1,10 @@
-"""ctxstore: a git-style, content-addressed history store for AI-agent conversations."""
+"""ctxstore: a git-style, content-addressed history store for AI-agent conversations.
 
+The public names are listed, with one line each, in docs/api.md.
+"""
+
+from .agent import Agent, RunResult, Tool, tool
+from .budget import PRICING, Pricing, cost_of, estimate_tokens, max_cost, max_tokens
 from .errors import (
     AuthError,
     BadPack,
@@ -22,28 +27,74 @@ from .errors import (
     UnknownRef,
     UnknownRevision,
 )
+from .history import MessageHistory, MessageHistoryEntry
+from .models import AnthropicModel, GenerateResult, Model, Usage, anthropic_model
+from .offline import OfflineModel, offline_model, tool_call
+from .signals import Signal, signal_history_strategy
+from .store import MemoryStore
+from .strategies import (
+    HistoryAppendContext,
+    HistoryReadContext,
+    HistoryStrategy,
+    ReadResult,
+    SummaryMemory,
+    append_only_history_strategy,
+    selective_summary_history_strategy,
+    summarizing_history_strategy,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Agent",
+    "AnthropicModel",
     "AuthError",
     "BadPack",
     "CtxStoreError",
     "DuplicateEntryId",
     "EncodingError",
+    "GenerateResult",
+    "HistoryAppendContext",
+    "HistoryReadContext",
+    "HistoryStrategy",
     "InvalidInput",
     "InvalidObject",
     "InvalidRefName",
+    "MemoryStore",
+    "MessageHistory",
+    "MessageHistoryEntry",
     "MissingObject",
+    "Model",
     "ModelError",
     "NonFastForward",
     "NotARepository",
+    "OfflineModel",
+    "PRICING",
+    "Pricing",
+    "ReadResult",
     "RefError",
     "RemoteError",
     "RepositoryError",
     "RepositoryExists",
+    "RunResult",
+    "Signal",
     "StoreError",
+    "SummaryMemory",
     "SyncError",
+    "Tool",
     "UnknownRef",
     "UnknownRevision",
+    "Usage",
+    "anthropic_model",
+    "append_only_history_strategy",
+    "cost_of",
+    "estimate_tokens",
+    "max_cost",
+    "max_tokens",
+    "offline_model",
+    "selective_summary_history_strategy",
+    "signal_history_strategy",
+    "summarizing_history_strategy",
+    "tool",
+    "tool_call",
 ]

@@ -102,7 +102,8 @@ def encode(value: Any) -> bytes:
     return cbor2.dumps(value, canonical=True)
 
 
-def _reject_tag(decoder: Any, tag: Any) -> Any:
+def _reject_tag(*args: Any) -> Any:
+    tag = next(a for a in args if hasattr(a, "tag"))  # cbor2 5 passes (decoder, tag); 6 passes (tag, ...)
     raise EncodingError(f"CBOR tag {tag.tag} is not allowed")
 
 

@@ -112,7 +112,18 @@ class MessageHistory:
     def _index_graph(self) -> None:
         """Read every tree and operation of the graph this history knows into the id index."""
         ws = self._ws
-        for rev_oid in self._all_revisions():
+        # A revision is marked indexed only after its ancestors are, so each walk stops at the first
+        # indexed one: a miss costs the revisions made since the last miss, not the whole lineage
+        # (which made n appends with explicit ids cost O(n^2)).
+        todo: list[ObjectId] = []
+        for tip in sorted(self._tips):
+            chain = []
+            for oid in self._chain(tip):
+                if oid in ws.indexed:
+                    break
+                chain.append(oid)
+            todo.extend(reversed(chain))
+        for rev_oid in todo:
             if rev_oid in ws.indexed:
                 continue
             rev = ws.revision(rev_oid)

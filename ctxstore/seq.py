@@ -1,9 +1,10 @@
 """The sequence tree: a revision's ordered (entry id, entry oid) list as a content-defined chunked tree.
 
-The list is cut into leaves after every item whose boundary hash falls under 1/`CHUNK_TARGET` of the
-hash space (or when a chunk reaches `CHUNK_MAX` items); the leaves are cut the same way by their own
-object ids into level-1 nodes, and so on up until one node is left: the root. The cut points depend only
-on content, so the same list always gives the same root, an append rewrites only the right-hand spine,
+The list is cut into leaves after every item whose boundary hash falls under 1/`LEAF_TARGET` of the
+hash space (or when a chunk reaches 4 x that many items); the leaves are cut the same way, by their own
+object ids and with 1/`INNER_TARGET`, into level-1 nodes, and so on up until one node is left: the root.
+Inner items are smaller than leaf items, and a smaller fan-out there makes the spine an append rewrites
+cheaper. The cut points depend only on content, so the same list always gives the same root, an append rewrites only the right-hand spine,
 a local edit rewrites O(log n) nodes around it, and two trees are diffed by skipping equal subtrees.
 """
 
@@ -19,8 +20,8 @@ from .codec import ObjectId
 from .objects import SeqNode
 
 __all__ = [
-    "CHUNK_MAX",
-    "CHUNK_TARGET",
+    "INNER_TARGET",
+    "LEAF_TARGET",
     "SeqDiff",
     "append",
     "build",
@@ -29,11 +30,12 @@ __all__ = [
     "leaf_hash",
 ]
 
-CHUNK_TARGET = 32
-"""Average items per node: an item ends its chunk with probability 1/CHUNK_TARGET."""
-CHUNK_MAX = 128
-"""A chunk that reaches this many items ends there."""
-_THRESHOLD = 2**32 // CHUNK_TARGET
+LEAF_TARGET = 32
+"""Average items per leaf: an item ends its leaf with probability 1/LEAF_TARGET."""
+INNER_TARGET = 16
+"""Average children per inner node."""
+_LIMITS = {0: (2**32 // LEAF_TARGET, 4 * LEAF_TARGET)}
+_INNER_LIMITS = (2**32 // INNER_TARGET, 4 * INNER_TARGET)
 
 Item = list[Any]  # [entry id, entry oid | None] in a leaf; [child oid, count] above
 GetNode = Callable[[ObjectId], SeqNode]
@@ -46,12 +48,13 @@ def leaf_hash(entry_id: str, oid: bytes | None) -> bytes:
 
 
 def _chunks(items: Sequence[Item], level: int) -> list[list[Item]]:
+    threshold, most = _LIMITS.get(level, _INNER_LIMITS)
     out: list[list[Item]] = []
     current: list[Item] = []
     for item in items:
         current.append(item)
         h = leaf_hash(item[0], item[1]) if level == 0 else item[0]
-        if len(current) >= CHUNK_MAX or int.from_bytes(h[:4], "big") < _THRESHOLD:
+        if len(current) >= most or int.from_bytes(h[:4], "big") < threshold:
             out.append(current)
             current = []
     if current:

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from .errors import InvalidInput
+from .errors import InvalidInput, ModelError
 from .history import MessageHistory
 from .signals import AbortSignal, abortable
 
@@ -36,7 +36,7 @@ __all__ = [
     "HistoryAppendContext",
     "HistoryReadContext",
     "HistoryStrategy",
-    "MemoryStore",
+    "SummaryMemory",
     "ReadResult",
     "SelectiveSummaryHistoryStrategy",
     "SummarizingHistoryStrategy",
@@ -101,7 +101,7 @@ class HistoryStrategy(Protocol):
 
 
 @runtime_checkable
-class MemoryStore(Protocol):
+class SummaryMemory(Protocol):
     """Where summaries also go: anything with `async ingest([{"text": ..., "metadata": {...}}])`."""
 
     async def ingest(self, docs: list[dict[str, Any]]) -> Any: ...
@@ -181,7 +181,10 @@ def _transcript(messages: Iterable[Mapping[str, Any]]) -> str:
 def _summary_text(result: Any) -> str:
     text = getattr(result, "text", None)
     if not isinstance(text, str) or not text.strip():
-        raise InvalidInput("the summarization model answered without text; the history was left unchanged")
+        raise ModelError(
+            "the summarization model answered without text; the history was left unchanged (try again or "
+            "use a model that answers in text)"
+        )
     return text.strip()
 
 
@@ -215,7 +218,7 @@ class _SummarizingBase(_Strategy):
     prefix: str
     memory_kind: str
 
-    def __init__(self, model: Any, memory_store: MemoryStore | None, history: MessageHistory | None) -> None:
+    def __init__(self, model: Any, memory_store: SummaryMemory | None, history: MessageHistory | None) -> None:
         super().__init__(history)
         self.model = model
         self.memory_store = memory_store
@@ -257,7 +260,7 @@ class SummarizingHistoryStrategy(_SummarizingBase):
     memory_kind = "conversation_summary"
 
     def __init__(self, *, model: Any, trigger_tokens: int, keep_recent: int,
-                 memory_store: MemoryStore | None = None, history: MessageHistory | None = None) -> None:
+                 memory_store: SummaryMemory | None = None, history: MessageHistory | None = None) -> None:
         if not isinstance(trigger_tokens, int) or trigger_tokens < 0:
             raise InvalidInput(f"trigger_tokens must be a non-negative int, got {trigger_tokens!r}")
         if not isinstance(keep_recent, int) or keep_recent < 0:
@@ -288,7 +291,7 @@ class SummarizingHistoryStrategy(_SummarizingBase):
 
 
 def summarizing_history_strategy(*, model: Any, trigger_tokens: int, keep_recent: int,
-                                 memory_store: MemoryStore | None = None,
+                                 memory_store: SummaryMemory | None = None,
                                  history: MessageHistory | None = None) -> SummarizingHistoryStrategy:
     """A strategy that lazily summarizes older entries on read.
 
@@ -325,7 +328,7 @@ class SelectiveSummaryHistoryStrategy(_SummarizingBase):
     memory_kind = "selected_history_summary"
 
     def __init__(self, *, model: Any, selector: Selector, summary_prompt: str,
-                 memory_store: MemoryStore | None = None, history: MessageHistory | None = None) -> None:
+                 memory_store: SummaryMemory | None = None, history: MessageHistory | None = None) -> None:
         if not callable(selector):
             raise InvalidInput(f"selector must be a function of (history, ctx), got {selector!r}")
         super().__init__(model, memory_store, history)
@@ -375,7 +378,7 @@ def _widen_to_tool_exchanges(refs: Sequence[Any], selected: set[int]) -> set[int
 
 
 def selective_summary_history_strategy(
-    *, model: Any, selector: Selector, summary_prompt: str, memory_store: MemoryStore | None = None,
+    *, model: Any, selector: Selector, summary_prompt: str, memory_store: SummaryMemory | None = None,
     history: MessageHistory | None = None,
 ) -> SelectiveSummaryHistoryStrategy:
     """A strategy that summarizes a selector-chosen subset on every read.

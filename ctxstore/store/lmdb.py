@@ -126,7 +126,7 @@ class _Env:
         try:
             self.env = lmdb.open(path, map_size=map_size, subdir=True, readonly=readonly, create=not readonly,
                                  max_dbs=len(_DB_NAMES) + 2, max_readers=MAX_READERS, sync=durable,
-                                 metasync=durable, lock=True)
+                                 metasync=durable, lock=True, max_spare_txns=0)
         except lmdb.Error as exc:
             raise _store_error(exc, path, "opening the store") from None
         try:
@@ -143,9 +143,8 @@ class _Env:
         dbs = {}
         try:
             if self.readonly:
-                with self.env.begin() as txn:
-                    for name in _DB_NAMES:
-                        dbs[name] = self.env.open_db(name, txn=txn, create=False)
+                for name in _DB_NAMES:
+                    dbs[name] = self.env.open_db(name, create=False)
             else:
                 with self.env.begin(write=True) as txn:
                     for name in _DB_NAMES:
@@ -410,15 +409,24 @@ class _LmdbSnapshot:
 
 _registry: dict[tuple[str, int], _Env] = {}
 _registry_lock = threading.Lock()
-# Environments inherited across fork: never closed or used in the child, only kept from the collector,
-# since closing them could disturb the parent's reader slots.
+# Environments inherited across fork with a transaction open in some thread: closing them could release
+# the parent's reader slots or wait on its writer, so the child only keeps them from the collector.
 _inherited: list[_Env] = []
 
 
 def _after_fork_in_child() -> None:
     global _registry_lock
     _registry_lock = threading.Lock()
-    _inherited.extend(_registry.values())
+    for env in _registry.values():
+        if env.lock._active == 0:
+            # Nothing of the parent's is in flight: closing only unmaps and drops this process's file
+            # handles (fcntl locks are not inherited), and frees the path so the child can open it.
+            try:
+                env.env.close()
+            except lmdb.Error:
+                _inherited.append(env)
+        else:
+            _inherited.append(env)
     _registry.clear()
 
 

@@ -1,0 +1,210 @@
+"""What every command shares: finding the repository, exit codes, JSON output, errors in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from ..codec import OID_SIZE, to_hex
+from ..errors import (
+    BadPack,
+    CtxStoreError,
+    InvalidInput,
+    InvalidRefName,
+    MissingObject,
+    NonFastForward,
+    NotARepository,
+    RepositoryExists,
+    UnknownRef,
+    UnknownRevision,
+)
+
+__all__ = [
+    "DIRNAME",
+    "ENV_REPO",
+    "EXIT_CODES",
+    "EXIT_CORRUPT",
+    "EXIT_ERROR",
+    "EXIT_EXISTS",
+    "EXIT_NON_FAST_FORWARD",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "Context",
+    "Failure",
+    "emit",
+    "exit_code_for",
+    "fail",
+    "find_repository",
+    "jsonable",
+    "say",
+    "stderr_is_terminal",
+]
+
+DIRNAME = ".ctxstore"
+"""The repository directory that `ctxstore init DIR` creates inside DIR and other commands look for."""
+ENV_REPO = "CTXSTORE_DIR"
+"""The environment variable that stands for `--repo`."""
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_NON_FAST_FORWARD = 4
+EXIT_EXISTS = 5
+EXIT_CORRUPT = 6
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success",
+    EXIT_ERROR: "any other error (the message on stderr says what happened and what to do)",
+    EXIT_USAGE: "bad usage or bad input: unknown option, malformed JSON or message, invalid ref name",
+    EXIT_NOT_FOUND: "not found: no repository, unknown ref, revision, entry or object, missing file",
+    EXIT_NON_FAST_FORWARD: "a ref moved since it was read (non-fast-forward); rebase, retry or use --force",
+    EXIT_EXISTS: "already exists: a repository or ref is in the way",
+    EXIT_CORRUPT: "damage found: fsck reported problems, or a pack or stored object is corrupt",
+}
+"""Every exit code the CLI uses and what it means; scripts may rely on these."""
+
+
+class Failure(click.ClickException):
+    """An error the CLI reports in one line on stderr and turns into a documented exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.exit_code = code
+
+    def show(self, file: Any = None) -> None:
+        # One line: scripts grep it, people read it. Newlines inside messages would break both.
+        text = " ".join(self.format_message().split())
+        click.echo(f"ctxstore: error: {text}", err=True)
+
+
+def exit_code_for(error: BaseException) -> int:
+    """The documented exit code for an error ctxstore raised."""
+    if isinstance(error, NonFastForward):
+        return EXIT_NON_FAST_FORWARD
+    if isinstance(error, UnknownRef | UnknownRevision | MissingObject | NotARepository):
+        return EXIT_NOT_FOUND
+    if isinstance(error, RepositoryExists):
+        return EXIT_EXISTS
+    if isinstance(error, InvalidRefName | InvalidInput):
+        return EXIT_USAGE
+    if isinstance(error, BadPack):
+        return EXIT_CORRUPT
+    return EXIT_ERROR
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    """Stop the command with a one-line error and an exit code."""
+    raise Failure(message, code)
+
+
+@contextmanager
+def reporting() -> Iterator[None]:
+    """Turn ctxstore errors raised inside the block into one-line CLI failures."""
+    try:
+        yield
+    except CtxStoreError as error:
+        raise Failure(str(error), exit_code_for(error)) from error
+
+
+def stderr_is_terminal() -> bool:
+    """Whether people are watching stderr (progress bars only then)."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def say(message: str) -> None:
+    """A message for people: stderr, so stdout stays machine-readable."""
+    click.echo(message, err=True)
+
+
+def jsonable(value: Any) -> Any:
+    """A plain JSON value for anything the library returns (object ids become hex)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, bytes | bytearray):
+        return to_hex(bytes(value)) if len(value) == OID_SIZE else bytes(value).hex()
+    if isinstance(value, Path):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):
+        return {k: jsonable(v) for k, v in value._asdict().items()}
+    if isinstance(value, Mapping):
+        return {str(jsonable(k)): jsonable(v) for k, v in value.items()}
+    if isinstance(value, set | frozenset):
+        return sorted((jsonable(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True))
+    if isinstance(value, list | tuple) or hasattr(value, "__iter__"):
+        return [jsonable(v) for v in value]
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return jsonable(to_dict())
+    return str(value)
+
+
+def emit(value: Any) -> None:
+    """Machine-readable output: one JSON document on stdout."""
+    click.echo(json.dumps(jsonable(value), indent=2, ensure_ascii=False))
+
+
+def find_repository(start: Path) -> Path:
+    """The `.ctxstore` directory in `start` or the nearest parent that has one."""
+    here = start.resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / DIRNAME
+        if candidate.is_dir():
+            return candidate
+    raise Failure(
+        f"not a ctxstore repository (or any parent up to /): {here}; "
+        f"run `ctxstore init` here, or pass --repo PATH or set {ENV_REPO}",
+        EXIT_NOT_FOUND,
+    )
+
+
+class Context:
+    """Per-invocation state: where the repository is, and the open repository once a command needs it."""
+
+    def __init__(self, repo_path: str | None, start: Path) -> None:
+        self.repo_path = repo_path
+        self.start = start
+        self._repo: Any = None
+
+    def location(self) -> Path:
+        """The repository directory this invocation works on (not opened)."""
+        if self.repo_path:
+            return Path(self.repo_path)
+        return find_repository(self.start)
+
+    def repo(self) -> Any:
+        """The open repository (opened on first use, closed when the command ends)."""
+        if self._repo is None:
+            from ..repo import Repository
+
+            path = self.location()
+            if not path.is_dir():
+                fail(f"no ctxstore repository at {path}; create one with `ctxstore init` "
+                     f"or fix --repo / {ENV_REPO}", EXIT_NOT_FOUND)
+            with reporting():
+                self._repo = Repository.open(path)
+        return self._repo
+
+    def close(self) -> None:
+        if self._repo is not None:
+            self._repo.close()
+            self._repo = None
+
+
+def environment_repo() -> str | None:
+    """`CTXSTORE_DIR`, when set and not empty."""
+    return os.environ.get(ENV_REPO) or None

@@ -1,0 +1,260 @@
+"""What one repository must send another, and receiving it: the object walk behind packs.
+
+`objects_to_send` finds every object reachable from the *want* revisions and not from the *have*
+revisions while reading only what changed: revision chains are walked back until they meet the have
+side, and each revision's sequence tree is diffed against its parent's, so equal subtrees are skipped
+and an append costs O(log n) nodes. `pack` streams those objects as a pack (`ctxstore.pack`), and
+`unpack` verifies a whole pack before writing its objects and moving refs in one store transaction.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import seq
+from .codec import MAX_OBJECT_SIZE, ObjectId, to_hex
+from .errors import BadPack, InvalidInput, InvalidObject, MissingObject
+from .objects import Entry, Object, Revision, SeqNode, parse_object
+from .pack import DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOTAL_SIZE, PackSource, missing_references, verify_pack
+from .pack import write_pack as _write_pack
+from .refs import apply_updates
+from .store.base import ObjectSource, TransactionalStore
+
+__all__ = [
+    "RefUpdates",
+    "UnpackResult",
+    "is_ancestor",
+    "objects_to_send",
+    "pack",
+    "revisions_to_send",
+    "unpack",
+]
+
+RefUpdates = Mapping[str, tuple[ObjectId | Any | None, ObjectId | None]]
+"""Ref moves that come with a pack: ``full name: (old, new)``, compare-and-swap as in `refs.apply_updates`."""
+
+_WANT = 1
+_HAVE = 2
+_READ_BATCH = 512
+_NODE_CACHE = 4096
+
+
+class _Reader:
+    """Typed, cached reads of parsed objects from a source (objects are immutable, so caching is safe)."""
+
+    def __init__(self, source: ObjectSource) -> None:
+        self.source = source
+        self._revs: dict[ObjectId, Revision] = {}
+        self._nodes: dict[ObjectId, SeqNode] = {}
+
+    def _parse(self, oid: ObjectId) -> Object:
+        return parse_object(self.source.get(oid), trusted=True)
+
+    def revision(self, oid: ObjectId) -> Revision:
+        rev = self._revs.get(oid)
+        if rev is None:
+            obj = self._parse(oid)
+            if not isinstance(obj, Revision):
+                raise InvalidInput(f"object {to_hex(oid)} is a {type(obj).__name__.lower()}, not a revision; "
+                                   "wants and haves name revisions (what refs point at)")
+            rev = self._revs[oid] = obj
+        return rev
+
+    def node(self, oid: ObjectId) -> SeqNode:
+        node = self._nodes.get(oid)
+        if node is None:
+            obj = self._parse(oid)
+            if not isinstance(obj, SeqNode):
+                raise InvalidObject(f"object {to_hex(oid)} is not a sequence node; run `ctxstore fsck`")
+            if len(self._nodes) >= _NODE_CACHE:
+                self._nodes.clear()
+            node = self._nodes[oid] = obj
+        return node
+
+    def entry(self, oid: ObjectId) -> Entry:
+        obj = self._parse(oid)
+        if not isinstance(obj, Entry):
+            raise InvalidObject(f"object {to_hex(oid)} is not an entry; run `ctxstore fsck`")
+        return obj
+
+
+def revisions_to_send(source: ObjectSource, wants: Iterable[ObjectId],
+                      haves: Iterable[ObjectId]) -> list[ObjectId]:
+    """Revisions reachable from `wants` and not from `haves`, parents before children (`git log H..W`).
+
+    Haves the source does not hold are ignored (the other side may have revisions we lack). Both sides
+    are walked back together, newest `createdAt` first, and the walk stops as soon as every open chain on
+    the want side has met the have side, so a fetch of a few new revisions reads a few revisions. A skewed
+    clock can make the walk send a revision the other side has: never less than needed.
+    """
+    return _revisions_to_send(_Reader(source), wants, haves)
+
+
+def _revisions_to_send(reader: _Reader, wants: Iterable[ObjectId],
+                       haves: Iterable[ObjectId]) -> list[ObjectId]:
+    flags: dict[ObjectId, int] = {}
+    heap: list[tuple[int, bytes]] = []
+    queued: set[ObjectId] = set()
+
+    def mark(oid: ObjectId, flag: int) -> None:
+        old = flags.get(oid, 0)
+        if old | flag == old:
+            return
+        flags[oid] = old | flag
+        if oid not in queued:
+            queued.add(oid)
+            heapq.heappush(heap, (-reader.revision(oid).created_at, oid))
+
+    for oid in haves:
+        if reader.source.has(oid):
+            mark(oid, _HAVE)
+    for oid in wants:
+        if not reader.source.has(oid):
+            raise MissingObject(f"revision {to_hex(oid)} is not in this repository; nothing can send it")
+        mark(oid, _WANT)
+    while any(flags[o] == _WANT for o in queued):
+        _, raw = heapq.heappop(heap)
+        oid = ObjectId(raw)
+        queued.discard(oid)
+        parent = reader.revision(oid).parent
+        if parent is not None:
+            mark(parent, flags[oid])
+    chosen = {oid for oid, f in flags.items() if f == _WANT}
+    # Parents before children: walk each chain up to where it leaves the chosen set, then emit it reversed.
+    order: list[ObjectId] = []
+    done: set[ObjectId] = set()
+    for start in sorted(chosen):
+        chain: list[ObjectId] = []
+        cur: ObjectId | None = start
+        while cur is not None and cur in chosen and cur not in done:
+            done.add(cur)
+            chain.append(cur)
+            cur = reader.revision(cur).parent
+        order.extend(reversed(chain))
+    # A chain that stops at an earlier chain's member comes after all of it, so this order is topological.
+    return order
+
+
+def objects_to_send(source: ObjectSource, wants: Iterable[ObjectId],
+                    haves: Iterable[ObjectId]) -> list[ObjectId]:
+    """Every object reachable from `wants` and not from `haves`, in pack order, reading only what changed.
+
+    For each revision to send (oldest first): the blobs and entries that its tree and operation add, then
+    the sequence nodes of its tree that its parent's tree lacks (leaves first), then the revision itself.
+    A revision without a parent is diffed against the haves' trees. Objects come after what they point at,
+    which is what makes the pack's back-references (and so small packs) work.
+    """
+    reader = _Reader(source)
+    haves = list(haves)
+    revisions = _revisions_to_send(reader, wants, haves)
+    have_roots = [reader.revision(h).seq for h in haves if reader.source.has(h)]
+    out: list[ObjectId] = []
+    sent: set[ObjectId] = set()
+
+    def add(oid: ObjectId) -> None:
+        if oid not in sent:
+            sent.add(oid)
+            out.append(oid)
+
+    for oid in revisions:
+        rev = reader.revision(oid)
+        base = [reader.revision(rev.parent).seq] if rev.parent is not None else have_roots
+        d = seq.diff([rev.seq], base, reader.node)
+        present = {ObjectId(e) for leaf in d.b_leaves for _, e in leaf.items if e is not None}
+        entries = [ObjectId(e) for leaf in d.a_leaves for _, e in leaf.items if e is not None]
+        entries.extend(rev.operation_ids())
+        for entry_oid in entries:
+            if entry_oid in sent or entry_oid in present:
+                continue
+            for blob in reader.entry(entry_oid).blob_ids():
+                add(blob)
+            add(entry_oid)
+        # diff lists inner nodes top-down, then the leaves: reversed, every node follows its children.
+        for node in reversed(d.a_nodes):
+            add(node)
+        add(oid)
+    return out
+
+
+def pack(store: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[ObjectId] = (), *,
+         level: int = 9) -> Iterator[bytes]:
+    """The pack of everything reachable from `wants` and not from `haves`, as an iterator of bytes chunks.
+
+    The walk runs when iteration starts; objects are then read in small batches, each in its own read
+    transaction, so the iterator can be consumed slowly and from any thread (as a web server does).
+    """
+    oids = objects_to_send(store, wants, haves)
+    return _write_pack(_read_objects(store, oids), len(oids), level=level)
+
+
+def _read_objects(store: ObjectSource, oids: list[ObjectId]) -> Iterator[tuple[ObjectId, bytes]]:
+    txn_of: Callable[..., Any] | None = getattr(store, "transaction", None)
+    for start in range(0, len(oids), _READ_BATCH):
+        batch = oids[start:start + _READ_BATCH]
+        if txn_of is not None:
+            with txn_of() as txn:
+                found = [(oid, txn.get(oid)) for oid in batch]
+        else:
+            found = [(oid, store.get(oid)) for oid in batch]
+        yield from found
+
+
+def is_ancestor(source: ObjectSource, ancestor: ObjectId, descendant: ObjectId) -> bool:
+    """Whether revision `ancestor` is `descendant` or on its parent chain (what fast-forward means)."""
+    reader = _Reader(source)
+    cur: ObjectId | None = descendant
+    while cur is not None:
+        if cur == ancestor:
+            return True
+        cur = reader.revision(cur).parent
+    return False
+
+
+@dataclass(frozen=True)
+class UnpackResult:
+    """What an `unpack` did: objects received and new to the store, and the refs it moved."""
+
+    objects: int
+    new_objects: int
+    refs: dict[str, ObjectId | None] = field(default_factory=dict)
+
+
+def unpack(store: TransactionalStore, stream: PackSource, ref_updates: RefUpdates | None = None, *,
+           message: str = "unpack", check: Callable[[Any], None] | None = None,
+           max_object_size: int = MAX_OBJECT_SIZE, max_total_size: int = DEFAULT_MAX_TOTAL_SIZE,
+           max_objects: int = DEFAULT_MAX_OBJECTS) -> UnpackResult:
+    """Receive a pack: verify all of it, then write its objects and move refs in one transaction.
+
+    The whole pack is read and checked first (format, limits, every object re-hashed and re-parsed, the
+    trailer), staged aside, never visible. Then, inside one write transaction: everything the pack's
+    objects and the new ref targets reach must be in the pack or the store, each new ref target must be a
+    revision, `check(txn)` (if given) may veto, and `ref_updates` are applied as compare-and-swaps
+    (``full name: (old, new)``; `refs.ANY` as old skips the check). A bad pack raises `BadPack`, a moved
+    ref `NonFastForward`; either way the store is exactly as it was.
+    """
+    updates = dict(ref_updates or {})
+    staged = verify_pack(stream, max_object_size=max_object_size, max_total_size=max_total_size,
+                         max_objects=max_objects)
+    with staged:
+        targets = [new for _, new in updates.values() if new is not None]
+        with store.transaction(write=True) as txn:
+            missing = missing_references(staged.links, [*staged.ids, *targets], txn)
+            if missing:
+                some = ", ".join(sorted(to_hex(m)[:12] for m in missing)[:5])
+                raise BadPack(f"bad pack: it leaves {len(missing)} referenced object(s) missing ({some}); "
+                              "the sender must include everything the new revisions reach; fetch again")
+            new = txn.put_objects(staged)
+            for name, new_oid in ((n, t) for n, (_, t) in updates.items() if t is not None):
+                obj = parse_object(txn.get(new_oid), trusted=True)
+                if not isinstance(obj, Revision):
+                    raise BadPack(f"bad pack: ref {name} would point at {to_hex(new_oid)[:12]}, a "
+                                  f"{type(obj).__name__.lower()}, not a revision")
+            if check is not None:
+                check(txn)
+            if updates:
+                apply_updates(txn, updates, message=message)
+        return UnpackResult(len(staged), new, {n: t for n, (_, t) in updates.items()})
+
