@@ -29,6 +29,7 @@ __all__ = [
     "is_ancestor",
     "objects_to_send",
     "pack",
+    "pack_objects",
     "revisions_to_send",
     "unpack",
 ]
@@ -186,7 +187,11 @@ def pack(store: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[ObjectI
     The walk runs when iteration starts; objects are then read in small batches, each in its own read
     transaction, so the iterator can be consumed slowly and from any thread (as a web server does).
     """
-    oids = objects_to_send(store, wants, haves)
+    return pack_objects(store, objects_to_send(store, wants, haves), level=level)
+
+
+def pack_objects(store: ObjectSource, oids: list[ObjectId], *, level: int = 9) -> Iterator[bytes]:
+    """The pack of the listed objects (in that order, as `objects_to_send` gives them), as bytes chunks."""
     return _write_pack(_read_objects(store, oids), len(oids), level=level)
 
 

@@ -8,11 +8,12 @@ move is a fast-forward. See docs/repository.md for the semantics and the concurr
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -191,8 +192,10 @@ class Repository:
     open one path at once: every ref move is a compare-and-swap in one write transaction with its objects.
     """
 
-    def __init__(self, store: TransactionalStore, *, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, store: TransactionalStore, *, path: str | os.PathLike[str] | None = None,
+                 clock: Callable[[], int] = _now_ms) -> None:
         self.store = store
+        self._clock = clock
         self.path = None if path is None else Path(path)
         self._refs = Refs(store)
         self.config = Config(store)
@@ -315,9 +318,9 @@ class Repository:
         """
         if not isinstance(spec, str) or not spec:
             raise InvalidInput(f"not a ref or revision: {spec!r}")
-        base, _, back = spec.partition("~")
+        base, sep, back = spec.partition("~")
         steps = 0
-        if _:
+        if sep:
             if back and not back.isdigit():
                 raise InvalidInput(f"{spec!r}: what follows '~' must be a number of parents")
             steps = int(back or 1)
@@ -391,7 +394,7 @@ class Repository:
         for _attempt in range(_CAS_RETRIES):
             expected: dict[str, ObjectId | None] = {}
             with self.store.transaction() as txn:
-                for ref, head in heads.items():
+                for ref in heads:
                     full = resolve_ref_name(ref, lambda n, t=txn: t.get_ref(n) is not None)
                     if full in expected:
                         raise InvalidInput(f"ref {full} is committed twice in one batch ({ref!r})")
@@ -405,7 +408,8 @@ class Repository:
                         raise NonFastForward(
                             f"ref {full} moved to {_short(current)} since you loaded it at {_short(base)}; "
                             "rebase onto it or commit with force",
-                            ref=full, current=to_hex(current), expected=None if base is None else to_hex(base))
+                            ref=full, current=to_hex(current),
+                            expected=None if base is None else to_hex(base))
             try:
                 with self.store.transaction(write=True) as txn:
                     for full in fulls:
@@ -470,10 +474,7 @@ class Repository:
     def _parent(self, oid: ObjectId, history: MessageHistory | None = None) -> ObjectId | None:
         if oid in self._parents:
             return self._parents[oid]
-        if history is not None:
-            rev = history.workspace.revision(oid)
-        else:
-            rev = self._revision(oid)
+        rev = history.workspace.revision(oid) if history is not None else self._revision(oid)
         self._parents[oid] = rev.parent
         return rev.parent
 
@@ -577,7 +578,7 @@ class Repository:
 
     def _mark(self, roots: Iterable[ObjectId], marked: set[ObjectId], get: Any,
               missing: dict[ObjectId, ObjectId | None] | None = None) -> None:
-        """Add everything reachable from `roots` to `marked`; absent objects go to `missing` (with a referrer)."""
+        """Add everything reachable from `roots` to `marked`; absent ones go to `missing` with a referrer."""
         stack: list[tuple[ObjectId, ObjectId | None]] = [(r, None) for r in roots if r not in marked]
         while stack:
             oid, referrer = stack.pop()
@@ -587,6 +588,9 @@ class Repository:
                 data = get(oid)
             except MissingObject:
                 data = None
+            except CtxStoreError:
+                marked.add(oid)  # present but unreadable: fsck's object pass reports it
+                continue
             if data is None:
                 if missing is not None:
                     missing.setdefault(oid, referrer)
@@ -599,7 +603,7 @@ class Repository:
             stack.extend((ref, oid) for ref in references(obj) if ref not in marked)
 
     def fsck(self) -> FsckReport:
-        """Check every object (hash, canonical form, shape) and that refs and reflogs reach only held objects."""
+        """Check every object (hash, canonical form, shape) and that refs and reflogs reach only held ones."""
         report = FsckReport()
         for oid in self.store:
             report.objects += 1
@@ -644,29 +648,34 @@ class Repository:
         """
         if grace < 0:
             raise InvalidInput(f"grace must be zero or more seconds, not {grace}")
-        cutoff = _now_ms() - int(grace * 1000)
+        cutoff = self._clock() - int(grace * 1000)
         marked: set[ObjectId] = set()
         with self.store.transaction() as txn:
             _heads, roots, _count = self._roots(txn)
             self._mark(roots, marked, lambda o: txn.get(o) if txn.has(o) else None)
-        candidates = [oid for oid in self.store if oid not in marked]
         report = GcReport()
+        sizes: dict[ObjectId, int] = {}
+        for oid in self.store:
+            if oid not in marked:
+                written = self.store.written_at(oid)
+                if written is not None and written <= cutoff:
+                    sizes[oid] = _stored_size(self.store, oid)
+                else:
+                    report.kept_young += 1
+        candidates = list(sizes)
         with self.store.transaction(write=True) as txn:
             _heads, roots, _count = self._roots(txn)
             self._mark(roots, marked, lambda o: txn.get(o) if txn.has(o) else None)
             doomed = []
             for oid in candidates:
-                if oid in marked:
-                    continue
                 written = txn.written_at(oid)
-                if written is None:
-                    continue
+                if oid in marked or written is None:
+                    continue  # reached again by a ref that moved meanwhile, or already gone
                 if written > cutoff:
-                    report.kept_young += 1
+                    report.kept_young += 1  # rewritten by a committer since the scan
                     continue
                 doomed.append(oid)
-            for oid in doomed:
-                report.bytes += self.store.stored_size(oid) if hasattr(self.store, "stored_size") else 0
+                report.bytes += sizes[oid]
             report.deleted = txn.delete_objects(doomed)
         report.reachable = len(marked)
         return report
@@ -708,7 +717,8 @@ class Repository:
                          disk_bytes=_disk_bytes(self.path, base.file_bytes), refs=len(heads),
                          logical_bytes=logical)
 
-    def iter_revisions(self, ref_or_revision: str, limit: int | None = None) -> Iterator[tuple[str, Revision]]:
+    def iter_revisions(self, ref_or_revision: str,
+                       limit: int | None = None) -> Iterator[tuple[str, Revision]]:
         """The revisions from a ref's head back to the root, newest first: (id, revision)."""
         oid: ObjectId | None = from_hex(self.resolve(ref_or_revision))
         n = 0
@@ -730,11 +740,16 @@ def _entry_size(store: TransactionalStore, oid: ObjectId) -> int:
     obj = parse_object(data, trusted=True)
     if isinstance(obj, Entry):
         for blob in obj.blob_ids():
-            try:
+            with contextlib.suppress(MissingObject):
                 total += len(store.get(blob))
-            except MissingObject:
-                pass
     return total
+
+
+def _stored_size(store: TransactionalStore, oid: ObjectId) -> int:
+    try:
+        return store.stored_size(oid)
+    except MissingObject:
+        return 0
 
 
 def _ordered_ids(root: ObjectId, changed: set[ObjectId], get: Any) -> list[str]:

@@ -7,6 +7,7 @@ are one line on stderr with a documented exit code (`EXIT_CODES`).
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -16,24 +17,56 @@ import click
 
 from ._common import ENV_REPO, EXIT_CODES, EXIT_NOT_FOUND, Context, Failure, environment_repo, fail
 from ._history import append, diff, log, render, show
-from ._refs import branch, fork, refs, reflog
+from ._refs import branch, fork, reflog, refs
 from ._repo import export, fsck, gc, import_, init, stats, tour
 
 __all__ = ["EXIT_CODES", "cli", "main"]
 
+# Modules of this layer that add commands (sync, agents) and import our helpers: loaded on first use,
+# so importing either of them first does not meet a half-initialised package.
+_EXTENSIONS = (("ctxstore.cli_sync", "SYNC_COMMANDS"), ("ctxstore.cli_agent", "AGENT_COMMANDS"))
+
+
+class _Group(click.Group):
+    """The main group: its own commands plus those of the extension modules, added when first listed."""
+
+    _extended = False
+
+    def _extend(self) -> None:
+        if self._extended:
+            return
+        self._extended = True
+        for module_name, attribute in _EXTENSIONS:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                continue  # that part is not in this installation
+            for command in getattr(module, attribute, ()):
+                self.add_command(command)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._extend()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        self._extend()
+        return super().get_command(ctx, cmd_name)
+
+
 _EPILOG = "\b\nExit codes:\n" + "\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog=_EPILOG)
 @click.option("-C", "directory", metavar="DIR", type=click.Path(file_okay=False),
               help="Run as if ctxstore was started in DIR.")
 @click.option("--repo", "repo_path", metavar="PATH", type=click.Path(file_okay=False),
               help=f"The repository directory itself (default: .ctxstore in this directory or a parent; "
                    f"env {ENV_REPO}).")
+@click.option("-q", "--quiet", is_flag=True, help="No messages for people on stderr (errors still show).")
 @click.version_option(package_name="ctxstore", prog_name="ctxstore")
 @click.pass_context
-def cli(ctx: click.Context, directory: str | None, repo_path: str | None) -> None:
+def cli(ctx: click.Context, directory: str | None, repo_path: str | None, quiet: bool) -> None:
     """A git-style, content-addressed history store for AI-agent conversations.
 
     Start with `ctxstore init`, add messages with `ctxstore append REF`, read them back with
@@ -48,7 +81,7 @@ def cli(ctx: click.Context, directory: str | None, repo_path: str | None) -> Non
         # Restore the caller's directory: in-process callers (tests, the tour) keep running.
         ctx.call_on_close(lambda: os.chdir(previous))
     repo_path = repo_path or environment_repo()
-    state = Context(os.path.abspath(repo_path) if repo_path else None, Path.cwd())
+    state = Context(os.path.abspath(repo_path) if repo_path else None, Path.cwd(), quiet=quiet)
     ctx.obj = state
     ctx.call_on_close(state.close)
 

@@ -137,6 +137,9 @@ def jsonable(value: Any) -> Any:
         return to_hex(bytes(value)) if len(value) == OID_SIZE else bytes(value).hex()
     if isinstance(value, Path):
         return str(value)
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict) and not isinstance(value, type):
+        return jsonable(to_dict())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, tuple) and hasattr(value, "_asdict"):
@@ -147,9 +150,6 @@ def jsonable(value: Any) -> Any:
         return sorted((jsonable(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True))
     if isinstance(value, list | tuple) or hasattr(value, "__iter__"):
         return [jsonable(v) for v in value]
-    to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict):
-        return jsonable(to_dict())
     return str(value)
 
 
@@ -175,10 +175,16 @@ def find_repository(start: Path) -> Path:
 class Context:
     """Per-invocation state: where the repository is, and the open repository once a command needs it."""
 
-    def __init__(self, repo_path: str | None, start: Path) -> None:
+    def __init__(self, repo_path: str | None, start: Path, *, quiet: bool = False) -> None:
         self.repo_path = repo_path
         self.start = start
+        self.quiet = quiet
         self._repo: Any = None
+
+    def tell(self, message: str) -> None:
+        """A message for people (stderr), unless --quiet."""
+        if not self.quiet:
+            say(message)
 
     def location(self) -> Path:
         """The repository directory this invocation works on (not opened)."""

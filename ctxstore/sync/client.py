@@ -1,0 +1,321 @@
+"""fetch, pull, push and clone: moving revisions between a repository and its remotes.
+
+Each function opens one connection to the remote (see `sync.transport`), reads its advertisement, and
+sends or asks for only what the other side lacks. Refs move by compare-and-swap in the same
+transaction as the objects they need, so an interrupted or refused sync leaves both sides as they were.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..codec import ObjectId, from_hex, to_hex
+from ..errors import InvalidInput, NonFastForward, RemoteError, UnknownRef
+from ..history import MessageHistory
+from ..pack import PackSource
+from ..packwalk import UnpackResult, is_ancestor, pack, unpack
+from ..refs import ANY, HEADS, REMOTES, TAGS, Refs
+from ..repo import Repository
+from .protocol import RefUpdate
+from .transport import Transport, open_transport
+
+__all__ = ["FetchResult", "Progress", "PullResult", "PushResult", "clone", "fetch", "pull", "push"]
+
+Progress = Callable[[str, int, int], None]
+"""Called as ``progress(stage, objects, bytes)`` while a pack moves (for a terminal's progress line)."""
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """What a fetch did: the remote-tracking refs it moved (None: deleted) and what it received."""
+
+    remote: str
+    updated: dict[str, str | None] = field(default_factory=dict)
+    objects: int = 0
+    new_objects: int = 0
+    bytes: int = 0
+    round_trips: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"remote": self.remote, "updated": self.updated, "objects": self.objects,
+                "newObjects": self.new_objects, "bytes": self.bytes, "roundTrips": self.round_trips}
+
+
+@dataclass(frozen=True)
+class PullResult:
+    """What a pull did to the local ref: created, fast-forward, rebase or up-to-date."""
+
+    ref: str
+    old: str | None
+    new: str | None
+    how: str
+    fetch: FetchResult
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ref": self.ref, "old": self.old, "new": self.new, "how": self.how,
+                "fetch": self.fetch.to_dict()}
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What a push moved on the remote (full ref name to new revision) and how much it sent."""
+
+    remote: str
+    updated: dict[str, str | None] = field(default_factory=dict)
+    objects: int = 0
+    bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"remote": self.remote, "updated": self.updated, "objects": self.objects, "bytes": self.bytes}
+
+
+class _Counted:
+    """A pack source that counts the bytes read through it and reports progress."""
+
+    def __init__(self, source: PackSource, progress: Progress | None, stage: str) -> None:
+        self.bytes = 0
+        self._progress = progress
+        self._stage = stage
+        self._file = source if callable(getattr(source, "read", None)) else None
+        self._chunks: Iterator[bytes] | None = None
+        if self._file is None:
+            self._chunks = iter([bytes(source)] if isinstance(source, bytes | bytearray | memoryview)
+                                else source)  # type: ignore[arg-type]
+
+    def _count(self, data: bytes) -> bytes:
+        before = self.bytes >> 20
+        self.bytes += len(data)
+        if self._progress is not None and (self.bytes >> 20) != before:
+            self._progress(self._stage, 0, self.bytes)
+        return data
+
+    def read(self, size: int = -1, /) -> bytes:
+        assert self._file is not None
+        return self._count(self._file.read(size))  # type: ignore[union-attr]
+
+    def __iter__(self) -> Iterator[bytes]:
+        assert self._chunks is not None
+        for chunk in self._chunks:
+            yield self._count(chunk)
+
+
+def _reader(source: _Counted) -> PackSource:
+    return source if source._file is not None else iter(source)
+
+
+@contextlib.contextmanager
+def _connect(repo: Repository, remote: str, token: str | None,
+             transport: Transport | None) -> Iterator[Transport]:
+    if transport is not None:
+        yield transport
+        return
+    urls = repo.remotes()
+    if remote not in urls:
+        raise UnknownRef(f"no remote named {remote!r}; add it with `ctxstore remote add {remote} URL`")
+    opened = open_transport(urls[remote], token=token)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def _check_remote_name(remote: str) -> None:
+    if not isinstance(remote, str) or not remote or "/" in remote or remote.startswith("."):
+        raise InvalidInput(f"invalid remote name {remote!r}; use a name like origin or hub")
+
+
+def fetch(repo: Repository, remote: str = "origin", *, token: str | None = None,
+          transport: Transport | None = None, progress: Progress | None = None) -> FetchResult:
+    """Bring the remote's heads into ``refs/remotes/<remote>/*``, receiving only what is new.
+
+    With nothing new this is one round trip and no pack. Tracking refs of heads the remote no longer has
+    are deleted. `transport` overrides the remote's URL (for tests and embedding).
+    """
+    _check_remote_name(remote)
+    store = repo.store
+    with _connect(repo, remote, token, transport) as conn:
+        advert = conn.advertise()
+        prefix = f"{REMOTES}{remote}/"
+        wanted = {prefix + name[len(HEADS):]: oid for name, oid in advert.refs.items()
+                  if name.startswith(HEADS)}
+        with store.transaction() as txn:
+            current = txn.refs(prefix)
+            haves = sorted({oid for name, oid in txn.refs("refs/").items()
+                            if name.startswith((HEADS, REMOTES))})
+        updates: dict[str, tuple[Any, ObjectId | None]] = {
+            name: (current.get(name), oid) for name, oid in wanted.items() if current.get(name) != oid}
+        updates.update({name: (oid, None) for name, oid in current.items() if name not in wanted})
+        wants = sorted({oid for oid in wanted.values() if not store.has(oid)})
+        message = f"fetch {remote}"
+        if wants:
+            counted: _Counted | None = None
+
+            def receive(source: PackSource) -> UnpackResult:
+                nonlocal counted
+                counted = _Counted(source, progress, "receiving")
+                return unpack(store, _reader(counted), updates, message=message)
+
+            result = conn.fetch(wants, haves, receive)
+            if result is None:
+                raise RemoteError(f"{conn.url} advertised revisions it then did not send; fetch again")
+            got = counted.bytes if counted is not None else 0
+            if progress is not None:
+                progress("received", result.objects, got)
+            return FetchResult(remote, _hexes(updates), result.objects, result.new_objects, got, 2)
+        if updates:
+            Refs(store).set_many_if_equals(updates, message=message)
+        return FetchResult(remote, _hexes(updates))
+
+
+def _hexes(updates: Mapping[str, tuple[Any, ObjectId | None]]) -> dict[str, str | None]:
+    return {name: None if new is None else to_hex(new) for name, (_, new) in updates.items()}
+
+
+def pull(repo: Repository, remote: str = "origin", ref: str = "main", *, rebase: bool = False,
+         token: str | None = None, transport: Transport | None = None,
+         progress: Progress | None = None) -> PullResult:
+    """Fetch, then bring local head `ref` up to the remote's: fast-forward, or replay local revisions.
+
+    Without `rebase`, diverged histories raise `NonFastForward`; with it, the local revisions the remote
+    lacks are replayed (their recorded operations) on top of the remote's head, so nothing is lost.
+    """
+    fetched = fetch(repo, remote, token=token, transport=transport, progress=progress)
+    full = repo.ref_name(ref)
+    if not full.startswith(HEADS):
+        raise InvalidInput(f"pull updates a head (refs/heads/...), not {full}")
+    refs = Refs(repo.store)
+    tracking = f"{REMOTES}{remote}/{full[len(HEADS):]}"
+    theirs = refs.get(tracking)
+    if theirs is None:
+        raise UnknownRef(f"remote {remote} has no head {full[len(HEADS):]}; "
+                         f"see `ctxstore refs {REMOTES}{remote}/`")
+    mine = refs.get(full)
+    old = None if mine is None else to_hex(mine)
+    if mine is None:
+        refs.set_if_equals(full, None, theirs, message=f"pull {remote}: created")
+        return PullResult(full, None, to_hex(theirs), "created", fetched)
+    if mine == theirs or is_ancestor(repo.store, theirs, mine):
+        return PullResult(full, old, old, "up-to-date", fetched)
+    if is_ancestor(repo.store, mine, theirs):
+        refs.set_if_equals(full, mine, theirs, message=f"pull {remote}: fast-forward")
+        return PullResult(full, old, to_hex(theirs), "fast-forward", fetched)
+    if not rebase:
+        raise NonFastForward(f"{full} and {tracking} have diverged ({old[:12]} vs {to_hex(theirs)[:12]}); "
+                             "pull with rebase to replay your revisions on top of theirs",
+                             ref=full, current=to_hex(theirs), expected=old)
+    onto = MessageHistory(source=repo.store, head=to_hex(theirs))
+    replayed = MessageHistory(source=repo.store, head=old).rebase_onto(onto)
+    new = from_hex(replayed.revision_id)
+    refs.set_if_equals(full, mine, new, objects=replayed.workspace.pending(),
+                       message=f"pull {remote}: rebase onto {to_hex(theirs)[:12]}")
+    return PullResult(full, old, replayed.revision_id, "rebase", fetched)
+
+
+def _expected(value: Any) -> ObjectId | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes) and len(value) == 32:
+        return ObjectId(value)
+    if isinstance(value, str):
+        return from_hex(value)
+    raise InvalidInput(f"an expected revision must be a hex id or None, not {value!r}")
+
+
+def push(repo: Repository, remote: str = "origin", refs: Sequence[str] | None = None, *, force: bool = False,
+         expect: Mapping[str, Any] | None = None, token: str | None = None,
+         transport: Transport | None = None, progress: Progress | None = None) -> PushResult:
+    """Move the remote's refs to the local ones, sending only what it lacks; all refs move or none.
+
+    Fast-forward only: a remote ref that holds revisions the local one does not descend from raises
+    `NonFastForward` (pull with rebase, then push again). `force` overrides that. `expect` maps refs to
+    the revision (hex, or None for "absent") the remote must still hold, as git's --force-with-lease:
+    the push replaces whatever that is, and fails if the remote ref moved. `refs` defaults to every head.
+    """
+    _check_remote_name(remote)
+    store = repo.store
+    local_refs = Refs(store)
+    names = list(local_refs.items(HEADS)) if refs is None else [repo.ref_name(r) for r in refs]
+    leases = {repo.ref_name(k): _expected(v) for k, v in (expect or {}).items()}
+    with _connect(repo, remote, token, transport) as conn:
+        advert = conn.advertise()
+        updates: list[RefUpdate] = []
+        for full in names:
+            if not full.startswith((HEADS, TAGS)):
+                raise InvalidInput(f"push moves heads and tags, not {full}")
+            local = local_refs.get(full)
+            if local is None:
+                raise UnknownRef(f"no local ref {full} to push")
+            current = advert.refs.get(full)
+            if full in leases:
+                if leases[full] != current:
+                    raise NonFastForward(
+                        f"lease on {full} broken: the remote holds {_short(current)}, not the expected "
+                        f"{_short(leases[full])}; fetch and look before overwriting",
+                        ref=full, current=_hex(current), expected=_hex(leases[full]))
+                updates.append(RefUpdate(full, leases[full], local, "lease"))
+            elif force:
+                if current != local:
+                    updates.append(RefUpdate(full, current, local, "force"))
+            elif current != local:
+                if current is not None and not (store.has(current) and is_ancestor(store, current, local)):
+                    raise NonFastForward(
+                        f"push to {full} rejected: the remote has revisions ({_short(current)}) that your "
+                        f"{_short(local)} does not include; pull with rebase first, or push with force",
+                        ref=full, current=_hex(current), expected=_hex(local))
+                updates.append(RefUpdate(full, current, local, "ff"))
+        if not updates:
+            return PushResult(remote)
+        haves = sorted({oid for oid in advert.refs.values() if store.has(oid)})
+        chunks = pack(store, [u.new for u in updates if u.new is not None], haves)
+        sent = _Counted(chunks, progress, "sending")
+        answer = conn.push(updates, iter(sent))
+    moved = {u.ref: _hex(u.new) for u in updates}
+    if transport is None or remote in repo.remotes():
+        tracking = {f"{REMOTES}{remote}/{u.ref[len(HEADS):]}": (ANY, u.new) for u in updates
+                    if u.ref.startswith(HEADS)}
+        if tracking:
+            local_refs.set_many_if_equals(tracking, message=f"push {remote}")
+    objects = int(answer.get("objects", 0))
+    if progress is not None:
+        progress("sent", objects, sent.bytes)
+    return PushResult(remote, moved, objects, sent.bytes)
+
+
+def _short(oid: ObjectId | None) -> str:
+    return "nothing" if oid is None else to_hex(oid)[:12]
+
+
+def _hex(oid: ObjectId | None) -> str | None:
+    return None if oid is None else to_hex(oid)
+
+
+def clone(url: str, path: str | os.PathLike[str], *, token: str | None = None,
+          transport: Transport | None = None, progress: Progress | None = None) -> Repository:
+    """Create a repository at `path` from the one at `url`: remote origin, every head fetched and checked out.
+
+    Each remote head ``refs/heads/x`` lands as ``refs/remotes/origin/x`` and as a local ``refs/heads/x``.
+    If the clone fails, the new directory is removed.
+    """
+    target = Path(path)
+    existed = target.exists()
+    repo = Repository.init(target)
+    try:
+        repo.remote_add("origin", url)
+        fetch(repo, "origin", token=token, transport=transport, progress=progress)
+        prefix = f"{REMOTES}origin/"
+        refs = Refs(repo.store)
+        heads = {HEADS + name[len(prefix):]: (None, oid) for name, oid in refs.items(prefix).items()}
+        if heads:
+            refs.set_many_if_equals(heads, message=f"clone from {url}")
+    except BaseException:
+        repo.close()
+        if not existed:
+            shutil.rmtree(target, ignore_errors=True)
+        raise
+    return repo

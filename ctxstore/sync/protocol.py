@@ -1,0 +1,308 @@
+"""The sync protocol: frames, the messages they carry, and the serving side that answers them.
+
+Every transport carries the same messages (specified in ``docs/protocol.md``, section Negotiation): a
+*frame* is a 4-byte big-endian length and one canonical CBOR map. The server speaks first with an
+advertisement of its refs; a fetch request names wants and haves and is answered by a frame and, when
+anything is to be sent, a pack; a push request names ref updates and is followed by a pack, and answered
+by a result frame. Errors travel as ``{"error": {"type", "message", ...}}`` frames and become the same
+`CtxStoreError` subclass on the client where that makes sense (`NonFastForward` above all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Literal
+
+from .. import codec
+from ..codec import OID_SIZE, ObjectId, to_hex
+from ..errors import (
+    AuthError,
+    BadPack,
+    CtxStoreError,
+    EncodingError,
+    InvalidInput,
+    InvalidRefName,
+    MissingObject,
+    NonFastForward,
+    RemoteError,
+    SyncError,
+    UnknownRef,
+)
+from ..pack import VERSION as PACK_VERSION
+from ..pack import PackSource
+from ..packwalk import UnpackResult, is_ancestor, objects_to_send, pack_objects, unpack
+from ..refs import ANY, HEADS, TAGS, check_ref_name
+from ..store.base import TransactionalStore
+
+__all__ = [
+    "MAX_FRAME",
+    "PROTOCOL_VERSION",
+    "Advertisement",
+    "RefUpdate",
+    "Service",
+    "decode_error",
+    "encode_error",
+    "encode_frame",
+    "read_frame",
+]
+
+PROTOCOL_VERSION = 1
+MAX_FRAME = 16 << 20
+"""Largest frame either side accepts: an advertisement of about 200,000 refs."""
+Mode = Literal["ff", "lease", "force"]
+_MODES = ("ff", "lease", "force")
+
+
+def encode_frame(message: Mapping[str, Any]) -> bytes:
+    """A message as a frame: 4-byte big-endian length, then canonical CBOR."""
+    body = codec.encode(dict(message))
+    if len(body) > MAX_FRAME:
+        raise InvalidInput(f"a protocol message of {len(body)} bytes is over the {MAX_FRAME}-byte limit")
+    return len(body).to_bytes(4, "big") + body
+
+
+def _read_exactly(stream: BinaryIO, n: int, what: str) -> bytes:
+    parts = []
+    have = 0
+    while have < n:
+        got = stream.read(n - have)
+        if not got:
+            break
+        parts.append(got)
+        have += len(got)
+    data = b"".join(parts)
+    if len(data) != n:
+        raise RemoteError(f"the connection closed in the middle of {what} ({len(data)} of {n} bytes); "
+                          "the other side stopped or crashed, see its log")
+    return data
+
+
+def read_frame(stream: BinaryIO, *, eof_ok: bool = False) -> dict[str, Any] | None:
+    """The next frame's message from a binary stream (None at a clean end of stream if `eof_ok`)."""
+    head = stream.read(4)
+    if not head and eof_ok:
+        return None
+    if len(head) < 4:
+        head += _read_exactly(stream, 4 - len(head), "a frame header")
+    size = int.from_bytes(head, "big")
+    if size > MAX_FRAME:
+        raise RemoteError(f"the other side sent a {size}-byte frame, over the {MAX_FRAME}-byte limit; "
+                          "it is not speaking the ctxstore protocol")
+    body = _read_exactly(stream, size, "a frame")
+    try:
+        message = codec.decode(body)
+    except EncodingError as exc:
+        raise RemoteError(f"the other side sent a malformed frame: {exc}") from None
+    if type(message) is not dict:
+        raise RemoteError("the other side sent a frame that is not a map; "
+                          "it is not speaking ctxstore's protocol")
+    return message
+
+
+# -- errors ------------------------------------------------------------------------------------------------
+
+_ERROR_TYPES: dict[str, type[CtxStoreError]] = {
+    "NonFastForward": NonFastForward, "AuthError": AuthError, "InvalidRefName": InvalidRefName,
+    "UnknownRef": UnknownRef, "MissingObject": MissingObject,
+}
+
+
+def encode_error(exc: CtxStoreError) -> dict[str, Any]:
+    """The error message for an exception raised while serving a request."""
+    body: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, NonFastForward):
+        body.update({"ref": exc.ref, "current": exc.current, "expected": exc.expected})
+    return {"error": body}
+
+
+def decode_error(message: Mapping[str, Any], where: str) -> CtxStoreError:
+    """The exception a client raises for an error message from the server at `where`."""
+    body = message.get("error")
+    if not isinstance(body, dict):
+        return RemoteError(f"{where} answered with a malformed error")
+    kind = str(body.get("type", ""))
+    text = f"{where}: {body.get('message', 'unknown error')}"
+    if kind == "NonFastForward":
+        return NonFastForward(text, ref=str(body.get("ref") or ""), current=body.get("current"),
+                              expected=body.get("expected"))
+    if kind == "BadPack":
+        return RemoteError(f"{text} (the pack we sent was refused; nothing changed there)")
+    cls = _ERROR_TYPES.get(kind)
+    if cls is not None:
+        return cls(text)
+    return RemoteError(text)
+
+
+# -- messages ----------------------------------------------------------------------------------------------
+
+def _oid(value: Any, what: str) -> ObjectId:
+    if type(value) is not bytes or len(value) != OID_SIZE:
+        raise InvalidInput(f"{what} must be a {OID_SIZE}-byte object id")
+    return ObjectId(value)
+
+
+def _oid_list(value: Any, what: str) -> list[ObjectId]:
+    if type(value) is not list:
+        raise InvalidInput(f"{what} must be a list of object ids")
+    return [_oid(v, what) for v in value]
+
+
+@dataclass(frozen=True)
+class Advertisement:
+    """What a server says first: its protocol and pack versions and the refs it has."""
+
+    refs: dict[str, ObjectId]
+    protocol: int = PROTOCOL_VERSION
+    pack_versions: tuple[int, ...] = (PACK_VERSION,)
+
+    def to_message(self) -> dict[str, Any]:
+        return {"protocol": self.protocol, "packVersions": list(self.pack_versions), "refs": dict(self.refs)}
+
+    @classmethod
+    def from_message(cls, message: Mapping[str, Any], where: str) -> Advertisement:
+        if "error" in message:
+            raise decode_error(message, where)
+        try:
+            refs = message["refs"]
+            if type(refs) is not dict:
+                raise InvalidInput("refs must be a map")
+            out = {str(k): _oid(v, f"ref {k}") for k, v in refs.items()}
+            versions = tuple(int(v) for v in message.get("packVersions", [PACK_VERSION]))
+            protocol = int(message.get("protocol", 0))
+        except (KeyError, TypeError, ValueError, InvalidInput) as exc:
+            raise RemoteError(f"{where} sent a malformed advertisement: {exc}") from None
+        if protocol != PROTOCOL_VERSION or PACK_VERSION not in versions:
+            raise RemoteError(f"{where} speaks protocol {protocol} with pack versions {list(versions)}; "
+                              f"this ctxstore speaks protocol {PROTOCOL_VERSION}, "
+                              f"pack version {PACK_VERSION}: "
+                              "upgrade the older side")
+        return cls(out, protocol, versions)
+
+
+@dataclass(frozen=True)
+class RefUpdate:
+    """One ref a push moves: from `old` (what the pusher saw or expects) to `new` (None: delete).
+
+    `mode` says what the server checks: ``ff`` the ref still holds `old` and `new` descends from it;
+    ``lease`` the ref holds `old` (a --force-with-lease); ``force`` nothing.
+    """
+
+    ref: str
+    old: ObjectId | None
+    new: ObjectId | None
+    mode: Mode = "ff"
+
+    def to_message(self) -> dict[str, Any]:
+        return {"ref": self.ref, "old": self.old, "new": self.new, "mode": self.mode}
+
+    @classmethod
+    def from_message(cls, value: Any) -> RefUpdate:
+        if type(value) is not dict:
+            raise InvalidInput("a ref update must be a map")
+        ref = check_ref_name(value.get("ref"))  # type: ignore[arg-type]
+        mode = value.get("mode")
+        if mode not in _MODES:
+            raise InvalidInput(f"ref update mode must be one of {_MODES}, not {mode!r}")
+        old = None if value.get("old") is None else _oid(value["old"], "old")
+        new = None if value.get("new") is None else _oid(value["new"], "new")
+        return cls(ref, old, new, mode)
+
+
+# -- the serving side --------------------------------------------------------------------------------------
+
+class Service:
+    """Answers the protocol's requests for one repository's store (every transport's server side)."""
+
+    def __init__(self, store: TransactionalStore, *, writable: bool = True) -> None:
+        self.store = store
+        self.writable = writable
+
+    def advertise(self) -> Advertisement:
+        """The refs a client may fetch: heads and tags (remote-tracking refs are this side's business)."""
+        with self.store.transaction() as txn:
+            refs = {n: o for n, o in txn.refs("refs/").items() if n.startswith((HEADS, TAGS))}
+        return Advertisement(refs)
+
+    def plan_fetch(self, request: Mapping[str, Any]) -> list[ObjectId]:
+        """The objects a fetch request asks for (empty: nothing to send), checked before any is sent."""
+        wants = _oid_list(request.get("wants", []), "wants")
+        haves = _oid_list(request.get("haves", []), "haves")
+        for want in wants:
+            if not self.store.has(want):
+                raise MissingObject(f"the server has no revision {to_hex(want)}; fetch the refs again")
+        return objects_to_send(self.store, wants, haves) if wants else []
+
+    def send(self, oids: list[ObjectId]) -> Iterator[bytes]:
+        """The pack of planned objects, as bytes chunks."""
+        return pack_objects(self.store, oids)
+
+    def receive_push(self, request: Mapping[str, Any], stream: PackSource) -> dict[str, Any]:
+        """Verify and apply a push: its pack and ref updates land together or not at all."""
+        if not self.writable:
+            raise AuthError("this server is read-only for you; push needs a token with write scope")
+        raw = request.get("updates")
+        if type(raw) is not list or not raw:
+            raise InvalidInput("a push must name at least one ref update")
+        updates = [RefUpdate.from_message(u) for u in raw]
+        cas: dict[str, tuple[Any, ObjectId | None]] = {}
+        for u in updates:
+            if not u.ref.startswith((HEADS, TAGS)):
+                raise InvalidRefName(f"a push may move refs/heads/* and refs/tags/*, not {u.ref}")
+            if u.ref in cas:
+                raise InvalidInput(f"ref {u.ref} is updated twice in one push")
+            if u.mode == "ff" and u.new is None:
+                raise NonFastForward(f"deleting {u.ref} is not a fast-forward; push the deletion with force",
+                                     ref=u.ref)
+            cas[u.ref] = (ANY if u.mode == "force" else u.old, u.new)
+
+        def fast_forward(txn: Any) -> None:
+            for u in updates:
+                if u.mode == "ff" and u.old is not None and u.new is not None and \
+                        not is_ancestor(txn, u.old, u.new):
+                    raise NonFastForward(
+                        f"push to {u.ref} is not a fast-forward: {to_hex(u.new)[:12]} does not descend from "
+                        f"{to_hex(u.old)[:12]}; pull (with rebase) first, or push with force",
+                        ref=u.ref, current=to_hex(u.old), expected=to_hex(u.old))
+
+        result: UnpackResult = unpack(self.store, stream, cas, message="push", check=fast_forward)
+        return {"ok": True, "objects": result.objects, "newObjects": result.new_objects,
+                "refs": {name: new for name, new in result.refs.items()}}
+
+
+def serve_stream(service: Service, rfile: BinaryIO, wfile: BinaryIO) -> None:
+    """Serve one connection on a pair of binary streams (stdin/stdout of `ctxstore serve --stdio`)."""
+
+    def send(message: Mapping[str, Any]) -> None:
+        wfile.write(encode_frame(message))
+        wfile.flush()
+
+    send(service.advertise().to_message())
+    while True:
+        request = read_frame(rfile, eof_ok=True)
+        if request is None:
+            return
+        op = request.get("op")
+        try:
+            if op == "refs":
+                send(service.advertise().to_message())
+            elif op == "fetch":
+                oids = service.plan_fetch(request)
+                send({"ok": True, "objects": len(oids), "pack": bool(oids)})
+                if oids:
+                    for chunk in service.send(oids):
+                        wfile.write(chunk)
+                    wfile.flush()
+            elif op == "push":
+                try:
+                    send(service.receive_push(request, rfile))
+                except BadPack as exc:
+                    # The pack's end cannot be found in a broken stream: answer, then hang up.
+                    send(encode_error(exc))
+                    return
+            else:
+                raise InvalidInput(f"unknown request {op!r}; this server knows refs, fetch and push")
+        except (CtxStoreError, SyncError) as exc:
+            send(encode_error(exc))
+            if op == "push":
+                return  # the pack may be unread: the stream is out of step

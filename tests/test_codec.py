@@ -1,0 +1,256 @@
+"""The codec: canonical CBOR round trips, rejection of non-canonical bytes, object ids, compression."""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any
+
+import pytest
+import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxstore.codec import (
+    compress,
+    decode,
+    decompress,
+    encode,
+    from_hex,
+    object_id,
+    to_hex,
+)
+from ctxstore.errors import CtxStoreError, EncodingError, InvalidInput
+
+ints = st.integers(min_value=-(2**64), max_value=2**64 - 1)
+floats = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, 1.5, 65504.0, 1e300, 0.1]),
+    st.floats(allow_nan=False, allow_infinity=False, width=16),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+)
+scalars = st.one_of(st.none(), st.booleans(), ints, floats, st.text(), st.binary())
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=5), st.dictionaries(st.text(max_size=8), inner, max_size=5)),
+    max_leaves=25,
+)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, telling -0.0 from 0.0 and int from float."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is float:
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    if type(a) is list:
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if type(a) is dict:
+        return list(a) == list(b) or (set(a) == set(b) and all(same(a[k], b[k]) for k in a))
+    return bool(a == b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values)
+def test_encode_decode_round_trip(value: Any) -> None:
+    data = encode(value)
+    back = decode(data)
+    assert same(back, value) or (type(value) is dict and set(back) == set(value))
+    assert encode(back) == data
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), ints, max_size=8))
+def test_map_order_does_not_change_the_bytes(value: dict[str, int]) -> None:
+    reordered = dict(reversed(list(value.items())))
+    assert encode(reordered) == encode(value)
+    assert object_id(encode(reordered)) == object_id(encode(value))
+
+
+def test_floats_keep_sign_and_subnormals() -> None:
+    for value in (-0.0, 5e-324, -5e-324, 1.5, 0.1, 1e300):
+        back = decode(encode(value))
+        assert same(back, value)
+    assert encode(-0.0) == bytes([0xF9, 0x80, 0x00])
+    assert encode(1.5) == bytes([0xF9, 0x3E, 0x00])
+    assert len(encode(0.1)) == 9
+
+
+def test_known_encodings() -> None:
+    assert encode(0) == b"\x00"
+    assert encode(23) == b"\x17"
+    assert encode(24) == b"\x18\x18"
+    assert encode(-1) == b"\x20"
+    assert encode(2**64 - 1) == b"\x1b" + b"\xff" * 8
+    assert encode(-(2**64)) == b"\x3b" + b"\xff" * 8
+    assert encode({"b": 1, "a": 2, "aa": 3}) == b"\xa3\x61a\x02\x61b\x01\x62aa\x03"
+    assert encode([True, False, None]) == b"\x83\xf5\xf4\xf6"
+
+
+@pytest.mark.parametrize("value", [
+    float("nan"), float("inf"), -float("inf"), 2**64, -(2**64) - 1, {1: "x"}, {("a",): 1}, {b"k": 1},
+    object(), (1, 2), {1.5}, [float("nan")], {"a": {"b": float("inf")}},
+])
+def test_encode_refuses_what_has_no_canonical_form(value: Any) -> None:
+    with pytest.raises(EncodingError) as caught:
+        encode(value)
+    assert isinstance(caught.value, CtxStoreError) and isinstance(caught.value, ValueError)
+
+
+def test_encode_refuses_deep_nesting() -> None:
+    value: Any = []
+    for _ in range(500):
+        value = [value]
+    with pytest.raises(EncodingError):
+        encode(value)
+
+
+NON_CANONICAL = {
+    "unsorted keys": b"\xa2\x61b\x01\x61a\x02",
+    "length-first order broken": b"\xa2\x62aa\x01\x61b\x02",
+    "duplicate keys": b"\xa2\x61a\x01\x61a\x02",
+    "non-minimal int (1 byte for 5)": b"\x18\x05",
+    "non-minimal int (2 bytes for 200)": b"\x19\x00\xc8",
+    "non-minimal int (8 bytes)": b"\x1b\x00\x00\x00\x00\x00\x00\x00\x01",
+    "non-minimal negative int": b"\x38\x00",
+    "non-minimal text length": b"\x78\x01a",
+    "non-minimal bytes length": b"\x59\x00\x01\x00",
+    "non-minimal array length": b"\x98\x01\x00",
+    "non-minimal map length": b"\xb8\x01\x61a\x00",
+    "indefinite array": b"\x9f\x01\x02\xff",
+    "indefinite map": b"\xbf\x61a\x01\xff",
+    "indefinite text": b"\x7f\x61a\x61b\xff",
+    "indefinite bytes": b"\x5f\x41\x00\xff",
+    "NaN half": b"\xf9\x7e\x00",
+    "NaN double": b"\xfb" + struct.pack(">d", float("nan")),
+    "Infinity half": b"\xf9\x7c\x00",
+    "-Infinity double": b"\xfb" + struct.pack(">d", -float("inf")),
+    "float not shortest": b"\xfb" + struct.pack(">d", 1.5),
+    "float single not shortest": b"\xfa" + struct.pack(">f", 1.5),
+    "integer key": b"\xa1\x01\x02",
+    "bytes key": b"\xa1\x41a\x02",
+    "array key": b"\xa1\x80\x02",
+    "tag 0": b"\xc0\x61a",
+    "tag 42 (CID)": b"\xd8\x2a\x41\x00",
+    "tag 0 with a valid date": b"\xc0\x742013-03-21T20:04:00Z",
+    "tag 1 epoch date": b"\xc1\x01",
+    "self-describe tag": b"\xd9\xd9\xf7\x01",
+    "bignum tag": b"\xc2\x49\x01\x00\x00\x00\x00\x00\x00\x00\x00",
+    "trailing bytes": b"\x01\x02",
+    "trailing garbage after map": b"\xa0\x00",
+    "undefined": b"\xf7",
+    "simple value": b"\xf0",
+    "truncated": b"\x62a",
+    "empty": b"",
+    "break alone": b"\xff",
+    "invalid utf-8": b"\x61\xff",
+}
+
+
+@pytest.mark.parametrize("data", list(NON_CANONICAL.values()), ids=list(NON_CANONICAL))
+def test_decode_refuses_non_canonical_bytes(data: bytes) -> None:
+    with pytest.raises(EncodingError) as caught:
+        decode(data)
+    assert str(caught.value)
+    assert isinstance(caught.value, ValueError)
+
+
+def test_decode_error_names_the_problem() -> None:
+    with pytest.raises(EncodingError, match="after the top-level item"):
+        decode(b"\x01\x02")
+    with pytest.raises(EncodingError, match="tag 42"):
+        decode(b"\xd8\x2a\x41\x00")
+    with pytest.raises(EncodingError, match="canonical"):
+        decode(b"\xa2\x61b\x01\x61a\x02")
+
+
+def test_decode_refuses_deep_nesting_without_crashing() -> None:
+    with pytest.raises(EncodingError):
+        decode(b"\x81" * 100_000 + b"\x00")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=40))
+def test_decode_of_random_bytes_either_round_trips_or_raises_encoding_error(data: bytes) -> None:
+    try:
+        value = decode(data)
+    except EncodingError:
+        return
+    assert encode(value) == data
+
+
+def test_object_id_is_blake3_256() -> None:
+    import blake3
+
+    data = encode({"type": "blob", "data": "x"})
+    assert object_id(data) == blake3.blake3(data).digest()
+    assert len(object_id(data)) == 32
+
+
+def test_hex_round_trip_and_errors() -> None:
+    oid = object_id(b"\x00")
+    assert from_hex(to_hex(oid)) == oid
+    assert from_hex(to_hex(oid).upper()) == oid
+    for bad in ("", "00", "zz" * 32, "0" * 63, "0" * 65, None, 5):
+        with pytest.raises(InvalidInput):
+            from_hex(bad)  # type: ignore[arg-type]
+
+
+# -- compression ------------------------------------------------------------------------------------
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=3000), st.sampled_from([1, 3, 10]))
+def test_compress_round_trip(data: bytes, level: int) -> None:
+    assert decompress(compress(data, level=level)) == data
+
+
+def test_compress_keeps_the_smaller_form() -> None:
+    assert compress(b"\x01\x02\x03") == b"\x00\x01\x02\x03"
+    packed = compress(b"a" * 10_000)
+    assert packed[0] == 0x01 and len(packed) < 100
+    assert decompress(packed) == b"a" * 10_000
+
+
+def test_compress_with_a_dictionary() -> None:
+    samples = [encode({"role": "user", "content": f"message number {n} about the deploy"}) for n in range(300)]
+    dictionary = zstandard.train_dictionary(2048, samples)
+    data = encode({"role": "user", "content": "message number 9999 about the deploy window"}) * 3
+    packed = compress(data, dictionary=dictionary, dict_id=7)
+    assert packed[0] == 0x02 and packed[1:5] == (7).to_bytes(4, "big")
+    assert decompress(packed, dictionaries={7: dictionary}) == data
+    with pytest.raises(EncodingError, match="dictionary 7"):
+        decompress(packed)
+
+
+def test_decompress_refuses_a_bomb() -> None:
+    """A frame declaring more than the limit is refused before it is inflated."""
+    bomb = compress(b"\x00" * 5_000_000)
+    assert len(bomb) < 1000
+    with pytest.raises(EncodingError, match="limit"):
+        decompress(bomb, max_size=1_000_000)
+    assert decompress(bomb, max_size=5_000_000) == b"\x00" * 5_000_000
+
+
+def test_decompress_refuses_a_bomb_without_declared_size() -> None:
+    frame = zstandard.ZstdCompressor(write_content_size=False).compress(b"\x00" * 3_000_000)
+    with pytest.raises(EncodingError, match="limit"):
+        decompress(b"\x01" + frame, max_size=1_000_000)
+    assert decompress(b"\x01" + frame, max_size=3_000_000) == b"\x00" * 3_000_000
+
+
+def test_decompress_refuses_a_truncated_frame() -> None:
+    packed = compress(b"abc" * 1000)
+    with pytest.raises(EncodingError):
+        decompress(packed[:-5])
+
+
+@pytest.mark.parametrize("value", [b"", b"\x09abc", b"\x01not zstd", b"\x02\x00\x00"])
+def test_decompress_refuses_bad_values(value: bytes) -> None:
+    with pytest.raises(EncodingError):
+        decompress(value)
+
+
+def test_raw_over_the_limit_is_refused() -> None:
+    with pytest.raises(EncodingError):
+        decompress(b"\x00" + b"a" * 101, max_size=100)

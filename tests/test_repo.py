@@ -1,0 +1,397 @@
+"""Repository: init/open, fast-forward commits and rebase, refs, diff, fsck, gc, stats, config."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctxstore.codec import encode, from_hex, object_id
+from ctxstore.errors import (
+    InvalidInput,
+    InvalidRefName,
+    MissingObject,
+    NonFastForward,
+    NotARepository,
+    RepositoryExists,
+    UnknownRef,
+    UnknownRevision,
+)
+from ctxstore.history import MessageHistory
+from ctxstore.repo import Repository
+from ctxstore.store.memory import MemoryStore
+
+
+def msg(text: str, role: str = "user") -> dict[str, Any]:
+    return {"role": role, "content": text}
+
+
+@pytest.fixture(params=["memory", "lmdb"])
+def repo(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Repository]:
+    if request.param == "memory":
+        r = Repository.memory()
+    else:
+        r = Repository.init(tmp_path / "repo", durable=False)
+    with r:
+        yield r
+
+
+# -- lifecycle -------------------------------------------------------------------------------------------
+
+def test_init_refuses_an_existing_repository(tmp_path: Path) -> None:
+    Repository.init(tmp_path / "r", durable=False).close()
+    with pytest.raises(RepositoryExists):
+        Repository.init(tmp_path / "r")
+
+
+def test_open_without_a_repository_is_not_a_repository(tmp_path: Path) -> None:
+    with pytest.raises(NotARepository):
+        Repository.open(tmp_path / "nothing")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(FileNotFoundError):  # NotARepository is also a FileNotFoundError
+        Repository.open(tmp_path / "plain")
+
+
+def test_reopened_repository_keeps_refs_and_histories(tmp_path: Path) -> None:
+    with Repository.init(tmp_path / "r", durable=False) as repo:
+        repo.commit("main", repo.history("main").extend([msg("a"), msg("b", "assistant")]))
+    with Repository.open(tmp_path / "r") as repo:
+        assert repo.history("main").render() == [msg("a"), msg("b", "assistant")]
+        assert list(repo.refs()) == ["refs/heads/main"]
+
+
+# -- commit -------------------------------------------------------------------------------------------------
+
+def test_unborn_ref_gives_an_empty_history(repo: Repository) -> None:
+    history = repo.history("support/42")
+    assert history.size == 0 and history.render() == []
+    assert repo.head("support/42") is None
+
+
+def test_commit_moves_the_ref_and_writes_only_missing_objects(repo: Repository) -> None:
+    first = repo.history("main").append(msg("hello"))
+    assert repo.commit("main", first) == "refs/heads/main"
+    count = len(repo.store)
+    second = repo.history("main").append(msg("again"))
+    repo.commit("main", second)
+    assert repo.head("main") == second.revision_id
+    # One entry, one revision and the rewritten leaf: nothing already stored is written again.
+    assert len(repo.store) - count == 3
+    assert second.workspace.pending() == []
+
+
+def test_commit_of_a_stale_history_raises_and_writes_nothing(repo: Repository) -> None:
+    repo.commit("main", repo.history("main").append(msg("base")))
+    base = repo.head("main")
+    a = repo.history("main").append(msg("from a"))
+    b = repo.history("main").append(msg("from b"))
+    repo.commit("main", a)
+    before = len(repo.store)
+    with pytest.raises(NonFastForward) as err:
+        repo.commit("main", b)
+    assert err.value.current == a.revision_id and err.value.expected == base
+    assert a.revision_id[:12] in str(err.value) and base is not None and base[:12] in str(err.value)
+    assert len(repo.store) == before
+    assert repo.head("main") == a.revision_id
+
+
+def test_rebase_keeps_both_writers_messages(repo: Repository) -> None:
+    repo.commit("main", repo.history("main").append(msg("base")))
+    a = repo.history("main").append(msg("a1")).append(msg("a2"))
+    b = repo.history("main").append(msg("b1"))
+    repo.commit("main", a)
+    rebased = repo.rebase(b, onto="main")
+    repo.commit("main", rebased)
+    assert repo.history("main").render() == [msg("base"), msg("a1"), msg("a2"), msg("b1")]
+    assert repo.fsck().ok
+
+
+def test_force_moves_the_ref_and_keeps_the_old_head_in_the_reflog(repo: Repository) -> None:
+    repo.commit("main", repo.history("main").append(msg("one")))
+    old = repo.head("main")
+    other = MessageHistory().append(msg("unrelated"))
+    with pytest.raises(NonFastForward):
+        repo.commit("main", other)
+    repo.commit("main", other, force=True)
+    assert repo.head("main") == other.revision_id
+    log = repo.reflog("main")
+    assert old is not None and log[0].old == from_hex(old) and log[0].new == from_hex(other.revision_id)
+    assert repo.fsck().ok and repo.fsck().reachable >= 1
+
+
+def test_unborn_ref_accepts_any_history(repo: Repository) -> None:
+    history = MessageHistory().extend([msg("x"), msg("y")])
+    repo.commit("imported", history)
+    assert repo.history("imported").render() == [msg("x"), msg("y")]
+
+
+def test_commit_refuses_a_history_whose_objects_are_elsewhere(repo: Repository) -> None:
+    elsewhere = Repository.memory()
+    elsewhere.commit("main", elsewhere.history("main").append(msg("far away")))
+    foreign = elsewhere.history("main").append(msg("more"))
+    before = len(repo.store)
+    with pytest.raises(MissingObject):
+        repo.commit("main", foreign)
+    assert len(repo.store) == before and repo.refs() == {}
+
+
+def test_commit_many_moves_every_ref_or_none(repo: Repository) -> None:
+    repo.commit("b", repo.history("b").append(msg("b0")))
+    a = repo.history("a").append(msg("a"))
+    stale = MessageHistory().append(msg("not b's descendant"))
+    with pytest.raises(NonFastForward):
+        repo.commit_many({"a": a, "b": stale})
+    assert repo.head("a") is None
+    fork = repo.history("b").fork()
+    assert repo.commit_many({"a": a, "c": fork}) == ["refs/heads/a", "refs/heads/c"]
+    assert set(repo.refs()) == {"refs/heads/a", "refs/heads/b", "refs/heads/c"}
+
+
+def test_append_rebases_until_it_lands(repo: Repository) -> None:
+    head = repo.append("main", [msg("one")])
+    assert repo.head("main") == head
+    repo.append("main", [msg("two"), msg("three")])
+    assert [m["content"] for m in repo.history("main").render()] == ["one", "two", "three"]
+
+
+# -- refs ---------------------------------------------------------------------------------------------
+
+def test_refs_prefix_delete_and_reflog_of_a_deleted_ref(repo: Repository) -> None:
+    h = repo.history("support/1").append(msg("s"))
+    repo.commit("support/1", h)
+    repo.commit("support/2", h.fork())
+    repo.commit("main", h.fork())
+    assert set(repo.refs("support/")) == {"refs/heads/support/1", "refs/heads/support/2"}
+    assert repo.delete_ref("support/1") == "refs/heads/support/1"
+    assert "refs/heads/support/1" not in repo.refs()
+    assert repo.reflog("refs/heads/support/1")[0].new is None
+    with pytest.raises(UnknownRef):
+        repo.delete_ref("support/1")
+
+
+def test_invalid_ref_names_are_refused(repo: Repository) -> None:
+    for bad in ("a..b", "x/", "has space", "ctl\x01"):
+        with pytest.raises(InvalidRefName):
+            repo.history(bad)
+        with pytest.raises(InvalidRefName):
+            repo.commit(bad, MessageHistory())
+    assert repo.refs() == {}
+
+
+def test_resolve_names_revisions_prefixes_and_ancestors(repo: Repository) -> None:
+    h1 = repo.history("main").append(msg("1"))
+    h2 = h1.append(msg("2"))
+    repo.commit("main", h2)
+    assert repo.resolve("main") == h2.revision_id
+    assert repo.resolve("refs/heads/main") == h2.revision_id
+    assert repo.resolve(h1.revision_id) == h1.revision_id
+    assert repo.resolve(h2.revision_id[:16]) == h2.revision_id
+    assert repo.resolve("main~1") == h1.revision_id
+    with pytest.raises(UnknownRevision):
+        repo.resolve("main~9")
+    with pytest.raises(UnknownRevision):
+        repo.resolve("nope")
+    assert repo.history(h1.revision_id).render() == [msg("1")]
+
+
+def test_rename_and_set_ref(repo: Repository) -> None:
+    h = repo.history("main").append(msg("x"))
+    repo.commit("main", h)
+    repo.set_ref("fork", "main", create_only=True)
+    with pytest.raises(NonFastForward):
+        repo.set_ref("fork", "main", create_only=True)
+    assert repo.rename_ref("fork", "renamed") == "refs/heads/renamed"
+    assert repo.refs() == {"refs/heads/main": h.revision_id, "refs/heads/renamed": h.revision_id}
+
+
+# -- diff -------------------------------------------------------------------------------------------------
+
+def test_diff_reports_added_removed_and_moved(repo: Repository) -> None:
+    entries = [{"id": f"e{i}", "message": msg(str(i))} for i in range(6)]
+    base = repo.history("main").extend(entries)
+    repo.commit("main", base)
+    changed = base.edit([{"op": "remove", "id": "e1"}, {"op": "move", "ids": ["e4"], "before": "e0"}])
+    changed = changed.append({"id": "new", "message": msg("n")})
+    repo.commit("other", changed)
+    d = repo.diff("main", "other")
+    assert d.added == ["new"] and d.removed == ["e1"] and d.moved == ["e4"]
+    assert not repo.diff("main", "main")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(keep=st.lists(st.booleans(), min_size=60, max_size=200), extra=st.integers(0, 40))
+def test_diff_matches_the_set_difference(keep: list[bool], extra: int) -> None:
+    """Added and removed are exactly the ids one side has and the other lacks, in the new side's order."""
+    repo = Repository.memory()
+    ids = [f"e{i}" for i in range(len(keep))]
+    a = repo.history("a").extend([{"id": i, "message": msg(i)} for i in ids])
+    kept = [i for i, k in zip(ids, keep, strict=True) if k]
+    b = a.with_view(kept).extend([{"id": f"x{j}", "message": msg(f"x{j}")} for j in range(extra)])
+    repo.commit_many({"a": a, "b": b})
+    d = repo.diff("a", "b")
+    assert d.removed == [i for i in ids if i not in kept]
+    assert d.added == [f"x{j}" for j in range(extra)]
+    assert d.moved == []
+
+
+# -- fsck and gc --------------------------------------------------------------------------------------
+
+def test_fsck_is_clean_on_a_sound_repository(repo: Repository) -> None:
+    h = repo.history("main").extend([msg(str(i)) for i in range(50)])
+    repo.commit("main", h)
+    report = repo.fsck()
+    assert report.ok and report.objects == len(repo.store) and report.refs == 1
+    assert report.unreachable == 0
+
+
+def test_fsck_detects_a_corrupted_object(repo: Repository) -> None:
+    h = repo.history("main").append(msg("precious"))
+    repo.commit("main", h)
+    [(_, entry_oid)] = [(e.id, oid) for e, oid in _entry_oids(repo, h)]
+    repo.store.delete_many([entry_oid])
+    repo.store.put_many([(entry_oid, encode({"type": "blob", "data": "tampered"}))])
+    report = repo.fsck()
+    assert not report.ok
+    assert any("corrupt" in p for p in report.problems)
+
+
+def test_fsck_detects_a_missing_reachable_object(repo: Repository) -> None:
+    h = repo.history("main").append(msg("precious"))
+    repo.commit("main", h)
+    [(_, entry_oid)] = [(e.id, oid) for e, oid in _entry_oids(repo, h)]
+    repo.store.delete_many([entry_oid])
+    report = repo.fsck()
+    assert any("missing" in p for p in report.problems)
+
+
+def _entry_oids(repo: Repository, history: MessageHistory) -> list[tuple[Any, bytes]]:
+    from ctxstore import seq
+
+    ws = history.workspace
+    rev = ws.revision(from_hex(history.revision_id))
+    return [(ws.entry(oid), oid) for _, oid in seq.iter_items(rev.seq, ws.node) if oid is not None]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def test_gc_deletes_only_old_unreachable_objects() -> None:
+    clock = Clock()
+    repo = Repository(MemoryStore(clock=clock), clock=clock)
+    repo.commit("main", repo.history("main").append(msg("kept")))
+    gone = repo.history("gone").append(msg("only in a deleted ref"))
+    repo.commit("gone", gone)
+    repo.delete_ref("gone")
+    old = [encode({"type": "blob", "data": f"old {i}"}) for i in range(3)]
+    repo.store.put_many([(object_id(d), d) for d in old])
+    clock.now += 3_600_000
+    young = encode({"type": "blob", "data": "young"})
+    repo.store.put_many([(object_id(young), young)])
+    clock.now += 1000
+    report = repo.gc(grace=60)
+    assert report.deleted == 3 and report.kept_young == 1 and report.bytes > 0
+    assert all(not repo.store.has(object_id(d)) for d in old)
+    assert repo.store.has(object_id(young))
+    # What the deleted ref's reflog reaches survives, and so does everything main reaches.
+    assert repo.history(gone.revision_id).render() == [msg("only in a deleted ref")]
+    assert repo.fsck().ok
+
+
+def test_gc_with_grace_keeps_young_unreachable_objects(repo: Repository) -> None:
+    repo.commit("main", repo.history("main").append(msg("x")))
+    data = encode({"type": "blob", "data": "dangling"})
+    repo.store.put_many([(object_id(data), data)])
+    report = repo.gc(grace=3600)
+    assert report.deleted == 0 and report.kept_young == 1
+    assert repo.store.has(object_id(data))
+    assert repo.gc(grace=0).deleted == 1
+    assert repo.fsck().ok and repo.history("main").render() == [msg("x")]
+
+
+def test_gc_refuses_a_negative_grace(repo: Repository) -> None:
+    with pytest.raises(InvalidInput):
+        repo.gc(grace=-1)
+
+
+# -- stats, config, remotes -----------------------------------------------------------------------
+
+def test_stats_count_sharing_between_forks(repo: Repository) -> None:
+    h = repo.history("main").extend([msg("x" * 200 + str(i)) for i in range(100)])
+    repo.commit("main", h)
+    for n in range(5):
+        repo.commit(f"fork/{n}", h.fork().append(msg(f"fork {n}")))
+    s = repo.stats()
+    assert s.refs == 6 and s.objects == len(repo.store)
+    assert s.logical_bytes > 5 * s.object_bytes / 2
+    assert s.saved_bytes == s.logical_bytes - s.stored_bytes > 0
+
+
+def test_config_and_remotes(repo: Repository) -> None:
+    repo.config["user.name"] = "ada"
+    assert repo.config.get("user.name") == "ada" and repo.config.get("unset", "d") == "d"
+    repo.remote_add("origin", "http://127.0.0.1:9/repo")
+    repo.remote_add("backup", "/srv/backup")
+    assert repo.remotes() == {"backup": "/srv/backup", "origin": "http://127.0.0.1:9/repo"}
+    with pytest.raises(InvalidInput):
+        repo.remote_add("origin", "elsewhere")
+    with pytest.raises(InvalidInput):
+        repo.remote_add("bad/name", "x")
+    repo.remote_remove("backup")
+    assert repo.remotes() == {"origin": "http://127.0.0.1:9/repo"}
+    with pytest.raises(UnknownRef):
+        repo.remote_remove("backup")
+
+
+# -- lazy loading -------------------------------------------------------------------------------------
+
+class CountingStore:
+    """A store wrapper that counts object reads."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.gets = 0
+
+    def get(self, oid: bytes) -> bytes:
+        self.gets += 1
+        return self._inner.get(oid)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._inner)
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+
+def _reads_to_append(size: int) -> int:
+    store = MemoryStore()
+    builder = Repository(store)
+    history = builder.history("main")
+    for start in range(0, size, 20_000):
+        history = history.extend([msg(f"m{i}") for i in range(start, min(size, start + 20_000))])
+    builder.commit("main", history)
+    counting = CountingStore(store)
+    repo = Repository(counting)  # type: ignore[arg-type]
+    loaded = repo.history("main")
+    repo.commit("main", loaded.append(msg("one more")))
+    assert repo.history("main").size == size + 1
+    return counting.gets
+
+
+def test_opening_a_large_conversation_and_appending_reads_logarithmically_many_objects() -> None:
+    small = _reads_to_append(100)
+    large = _reads_to_append(100_000)
+    # The tree is about log32(n) levels deep: the revision plus one node per level, not n entries.
+    assert large <= small + 8
+    assert large < 30

@@ -1,0 +1,256 @@
+"""The sequence tree: one list, one root; appends and local edits write few nodes; diffs skip equal parts."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import blake3
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxstore import seq
+from ctxstore.codec import ObjectId
+from ctxstore.objects import SeqNode, encode_object
+
+
+class Nodes:
+    """A dict of seq nodes that counts the new ones written."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[ObjectId, SeqNode] = {}
+        self.new = 0
+        self.new_bytes = 0
+
+    def put(self, node: SeqNode) -> ObjectId:
+        node.check()
+        oid, data = encode_object(node)
+        if oid not in self.nodes:
+            self.nodes[oid] = node
+            self.new += 1
+            self.new_bytes += len(data)
+        return oid
+
+    def get(self, oid: ObjectId) -> SeqNode:
+        return self.nodes[oid]
+
+    def reset(self) -> None:
+        self.new = 0
+        self.new_bytes = 0
+
+
+def item(n: int, with_oid: bool = True) -> list[Any]:
+    entry_id = f"e{n}"
+    return [entry_id, blake3.blake3(entry_id.encode()).digest() if with_oid else None]
+
+
+def items(count: int, start: int = 0) -> list[list[Any]]:
+    return [item(n) for n in range(start, start + count)]
+
+
+def listed(root: ObjectId, nodes: Nodes) -> list[list[Any]]:
+    return [[i, o] for i, o in seq.iter_items(root, nodes.get)]
+
+
+def depth(root: ObjectId, nodes: Nodes) -> int:
+    return nodes.get(root).level + 1
+
+
+def test_empty_list_is_an_empty_leaf() -> None:
+    nodes = Nodes()
+    root = seq.build([], nodes.put)
+    assert nodes.get(root) == SeqNode(0, [])
+    assert listed(root, nodes) == []
+    assert seq.append(root, [], nodes.get, nodes.put) == root
+
+
+def test_build_round_trips_and_counts() -> None:
+    nodes = Nodes()
+    values = items(5000)
+    root = seq.build(values, nodes.put)
+    assert listed(root, nodes) == values
+    assert nodes.get(root).count == 5000
+    assert nodes.get(root).level >= 1
+
+
+def test_entries_without_oid_are_kept() -> None:
+    nodes = Nodes()
+    values = [item(n, with_oid=n % 3 != 0) for n in range(300)]
+    root = seq.build(values, nodes.put)
+    assert listed(root, nodes) == values
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=0, max_value=1500), st.lists(st.integers(min_value=1, max_value=300), max_size=12),
+       st.randoms(use_true_random=False))
+def test_same_list_same_root_however_it_was_built(count: int, batches: list[int], rnd: Any) -> None:
+    """Building at once and appending in random batches give one root."""
+    values = items(count)
+    nodes = Nodes()
+    whole = seq.build(values, nodes.put)
+    root = seq.build([], nodes.put)
+    at = 0
+    for size in [*batches, count]:
+        root = seq.append(root, values[at: at + size], nodes.get, nodes.put)
+        at = min(count, at + size)
+        if at == count:
+            break
+    assert root == whole
+    # A build in another store gives the same ids.
+    other = Nodes()
+    assert seq.build(values, other.put) == whole
+    # Any split point: build of a prefix and append of the rest.
+    cut = rnd.randint(0, count)
+    assert seq.append(seq.build(values[:cut], other.put), values[cut:], other.get, other.put) == whole
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=2000), min_size=1, max_size=600))
+def test_root_depends_only_on_the_list(ids: list[int]) -> None:
+    """Repeated and out-of-order ids too; different lists give different roots."""
+    values = [item(n) for n in ids]
+    nodes = Nodes()
+    root = seq.build(values, nodes.put)
+    assert listed(root, nodes) == values
+    assert seq.build([*values, item(99999)], nodes.put) != root
+    assert seq.build(values[1:], nodes.put) != root
+
+
+def test_chunks_are_bounded() -> None:
+    """Every node holds at most 4 x its target items, and the tree is shallow."""
+    nodes = Nodes()
+    root = seq.build(items(20_000), nodes.put)
+    for node in nodes.nodes.values():
+        limit = 4 * (seq.LEAF_TARGET if node.level == 0 else seq.INNER_TARGET)
+        assert 1 <= len(node.items) <= limit
+    assert depth(root, nodes) <= 2 + math.ceil(math.log(20_000, seq.INNER_TARGET))
+
+
+def test_identical_ids_and_no_boundaries_still_chunk() -> None:
+    """A run of items that never hits a boundary is cut at the maximum size."""
+    nodes = Nodes()
+    # Find an item whose leaf hash is not a boundary, and repeat it.
+    threshold = 2**32 // seq.LEAF_TARGET
+    n = next(n for n in range(1000) if int.from_bytes(item(n)[1][:4], "big") >= threshold)
+    values = [item(n)] * 1000
+    root = seq.build(values, nodes.put)
+    assert listed(root, nodes) == values
+    assert max(len(node.items) for node in nodes.nodes.values() if node.level == 0) == 4 * seq.LEAF_TARGET
+    assert seq.append(seq.build(values[:500], nodes.put), values[500:], nodes.get, nodes.put) == root
+
+
+def test_append_writes_log_n_nodes() -> None:
+    """Appending one item to 10,000 writes one node per level, and few bytes."""
+    nodes = Nodes()
+    root = seq.build(items(10_000), nodes.put)
+    levels = depth(root, nodes)
+    written = []
+    written_bytes = []
+    for n in range(10_000, 10_050):
+        nodes.reset()
+        root = seq.append(root, [item(n)], nodes.get, nodes.put)
+        written.append(nodes.new)
+        written_bytes.append(nodes.new_bytes)
+    assert max(written) <= levels + 1
+    assert sum(written) / len(written) <= levels
+    # Bytes follow the spine, not the list: far below one leaf per 100 items.
+    assert sum(written_bytes) / len(written_bytes) < 4 * seq.LEAF_TARGET * 60 + levels * 4 * seq.INNER_TARGET * 60
+    assert listed(root, nodes) == items(10_050)
+
+
+def test_append_cost_does_not_grow_with_size() -> None:
+    small, large = Nodes(), Nodes()
+    root_s = seq.build(items(1_000), small.put)
+    root_l = seq.build(items(100_000), large.put)
+    small.reset()
+    large.reset()
+    for n in range(200):
+        root_s = seq.append(root_s, [item(10**6 + n)], small.get, small.put)
+        root_l = seq.append(root_l, [item(10**6 + n)], large.get, large.put)
+    # 100x the items: a couple more levels at most, never 100x the nodes.
+    assert large.new <= small.new + 2 * 200 + 200
+    assert large.new_bytes <= 2 * small.new_bytes + 200 * 2000
+
+
+def test_local_edit_in_the_middle_writes_few_nodes() -> None:
+    nodes = Nodes()
+    values = items(10_000)
+    root = seq.build(values, nodes.put)
+    levels = depth(root, nodes)
+    for at in (10, 5000, 9990):
+        for edited in (values[:at] + [item(99_999)] + values[at + 1:],   # replace
+                       values[:at] + values[at + 1:],                     # remove
+                       values[:at] + [item(88_888), item(77_777)] + values[at:]):  # insert
+            nodes.reset()
+            new_root = seq.build(edited, nodes.put)
+            # A changed leaf can merge with its neighbour or split: a few nodes per level.
+            assert nodes.new <= 3 * levels
+            assert listed(new_root, nodes) == edited
+
+
+def test_diff_of_equal_trees_is_empty() -> None:
+    nodes = Nodes()
+    root = seq.build(items(3000), nodes.put)
+    result = seq.diff([root], [root], nodes.get)
+    assert result.a_nodes == [] and result.b_nodes == [] and result.a_leaves == [] and result.b_leaves == []
+
+
+def test_diff_returns_only_differing_leaves() -> None:
+    nodes = Nodes()
+    values = items(10_000)
+    a = seq.build(values, nodes.put)
+    changed = values[:4000] + [item(55_555)] + values[4001:]
+    b = seq.build(changed, nodes.put)
+    reads: list[ObjectId] = []
+
+    def get(oid: ObjectId) -> SeqNode:
+        reads.append(oid)
+        return nodes.get(oid)
+
+    result = seq.diff([b], [a], get)
+    a_ids = {i for leaf in result.a_leaves for i, _ in leaf.items}
+    b_ids = {i for leaf in result.b_leaves for i, _ in leaf.items}
+    assert "e55555" in a_ids and "e55555" not in b_ids
+    assert "e4000" in b_ids and "e4000" not in a_ids
+    assert len(result.a_leaves) <= 3 and len(result.b_leaves) <= 3
+    assert len(a_ids) <= 3 * 4 * seq.LEAF_TARGET
+    # Only nodes along the changed paths are read, not the 300-odd leaves.
+    assert len(set(reads)) <= 6 * depth(a, nodes)
+    every_leaf = {oid for oid, node in nodes.nodes.items() if node.level == 0}
+    assert {encode_object(leaf)[0] for leaf in result.a_leaves} <= every_leaf
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=400), max_size=300),
+       st.lists(st.integers(min_value=0, max_value=400), max_size=300))
+def test_diff_leaves_cover_the_difference(xs: list[int], ys: list[int]) -> None:
+    """Every leaf of one tree that the other lacks is reported, and (for distinct items) nothing shared."""
+    nodes = Nodes()
+    a = seq.build([item(n) for n in xs], nodes.put)
+    b = seq.build([item(n) for n in ys], nodes.put)
+    result = seq.diff([a], [b], nodes.get)
+
+    def leaves(root: ObjectId) -> set[ObjectId]:
+        node = nodes.get(root)
+        if node.level == 0:
+            return {root}
+        return set().union(*(leaves(ObjectId(child)) for child, _ in node.items))
+
+    a_leaves, b_leaves = leaves(a), leaves(b)
+    got_a = {encode_object(leaf)[0] for leaf in result.a_leaves}
+    got_b = {encode_object(leaf)[0] for leaf in result.b_leaves}
+    # Exactly the difference, except that a leaf repeated inside a shared subtree may also be reported.
+    assert a_leaves - b_leaves <= got_a <= a_leaves
+    assert b_leaves - a_leaves <= got_b <= b_leaves
+    if len(set(xs)) == len(xs) and len(set(ys)) == len(ys):
+        assert got_a == a_leaves - b_leaves and got_b == b_leaves - a_leaves
+
+
+def test_diff_of_several_roots() -> None:
+    nodes = Nodes()
+    r1 = seq.build(items(500), nodes.put)
+    r2 = seq.build(items(600), nodes.put)
+    r3 = seq.build(items(700), nodes.put)
+    result = seq.diff([r3], [r1, r2], nodes.get)
+    ids = {i for leaf in result.a_leaves for i, _ in leaf.items}
+    assert "e650" in ids and "e100" not in ids
