@@ -30,6 +30,8 @@ from .errors import (
 from .history import MessageHistory, MessageHistoryEntry
 from .models import AnthropicModel, GenerateResult, Model, Usage, anthropic_model
 from .offline import OfflineModel, offline_model, tool_call
+from .recording import repository_history_strategy
+from .repo import Repository
 from .signals import Signal, signal_history_strategy
 from .store import MemoryStore
 from .strategies import (
@@ -74,6 +76,7 @@ __all__ = [
     "ReadResult",
     "RefError",
     "RemoteError",
+    "Repository",
     "RepositoryError",
     "RepositoryExists",
     "RunResult",
@@ -92,6 +95,7 @@ __all__ = [
     "max_cost",
     "max_tokens",
     "offline_model",
+    "repository_history_strategy",
     "selective_summary_history_strategy",
     "signal_history_strategy",
     "summarizing_history_strategy",

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from itertools import islice
 from typing import Any, Final
 
+from .codec import from_hex
 from .errors import InvalidInput, NonFastForward, StoreError
 from .history import MessageHistory
 from .repo import Repository
@@ -149,19 +150,32 @@ class RepositoryHistoryStrategy:
     def _rebased(self, history: MessageHistory) -> MessageHistory:
         """`history`'s own revisions replayed onto the ref's head, minus summaries that lost their sources."""
         target = self.repo.history(self.ref)
-        theirs = set(target.lineage())
-        base: str | None = None
-        for revision_id in history.lineage():
-            if revision_id in theirs:
-                base = revision_id
-                break
-        mine = history.changes_since(base)["revisions"]  # newest first
         result = target
-        for revision in reversed(mine):
-            if _stale_summary(revision.get("operation"), result):
+        for revision_id in reversed(self._unpushed(history, target)):  # oldest first
+            operation = history.workspace.revision(from_hex(revision_id)).operation
+            if _stale_summary(operation, result):
                 continue
-            result = result.replay(history, revision["id"])
+            result = result.replay(history, revision_id)
         return result
+
+    def _unpushed(self, history: MessageHistory, target: MessageHistory) -> list[str]:
+        """`history`'s revisions that `target`'s lineage lacks, newest first."""
+        # Usually the ref only moved ahead of the head this strategy last synced: walking the ref back
+        # to that head finds the common revision without reading the whole (long) lineage.
+        theirs: set[str] = set()
+        for revision_id in target.lineage():
+            theirs.add(revision_id)
+            if revision_id == self._base:
+                break
+        for complete in (False, True):
+            if complete:  # the ref was reset elsewhere: compare with all of its lineage
+                theirs = set(target.lineage())
+            mine: list[str] = []
+            for revision_id in history.lineage():
+                if revision_id in theirs:
+                    return mine
+                mine.append(revision_id)
+        return mine
 
     def __repr__(self) -> str:
         return f"repository_history_strategy({self.repo!r}, {self.ref!r}, {self.inner!r})"

@@ -389,8 +389,13 @@ class Repository:
             raise InvalidInput("no refs to commit")
         heads = {ref: from_hex(h.revision_id) for ref, h in updates.items()}
         pending: dict[ObjectId, bytes] = {}
+        foreign: set[ObjectId] = set()
         for h in updates.values():
-            pending.update(h.workspace.pending())
+            made = h.workspace.pending()
+            pending.update(made)
+            if h.workspace.source is not self.store:
+                # Built over another source: what its new objects point at may be missing here.
+                foreign.update(oid for oid, _ in made)
         for _attempt in range(_CAS_RETRIES):
             expected: dict[str, ObjectId | None] = {}
             with self.store.transaction() as txn:
@@ -415,7 +420,7 @@ class Repository:
                     for full in fulls:
                         if txn.get_ref(full) != expected[full]:
                             raise _Moved
-                    self._write_objects(txn, pending)
+                    self._write_objects(txn, pending, foreign)
                     apply_updates(txn, {full: (expected[full], heads[ref])
                                         for (ref, _h), full in zip(updates.items(), fulls, strict=True)},
                                   message=message or "commit")
@@ -430,10 +435,17 @@ class Repository:
                 h.workspace.forget(pending)
         return fulls
 
-    def _write_objects(self, txn: Transaction, pending: dict[ObjectId, bytes]) -> None:
-        """Write the pending objects the store lacks, refusing any that points at an object nowhere."""
+    def _write_objects(self, txn: Transaction, pending: dict[ObjectId, bytes],
+                       foreign: set[ObjectId]) -> None:
+        """Write the pending objects the store lacks; a foreign one must not point at an absent object.
+
+        A history loaded from this store only points at objects it read here or made itself, so only
+        objects made over another source need their references checked.
+        """
         missing = {oid: data for oid, data in pending.items() if not txn.has(oid)}
         for oid, data in missing.items():
+            if oid not in foreign:
+                continue
             for ref in references(parse_object(data, trusted=True)):
                 if ref not in missing and not txn.has(ref):
                     raise MissingObject(

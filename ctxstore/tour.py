@@ -239,13 +239,60 @@ def _compaction(t: TourContext) -> None:
 
 
 def _sync(t: TourContext) -> None:
-    # Hook for the sync layer: two repositories synced through a server on loopback, started and stopped
-    # here. It runs once Repository.clone and `ctxstore serve --http` exist.
+    """Two repositories synced through a hub that the tour starts on loopback and stops."""
+    import secrets
+    import subprocess
+    import sys
+
+    from . import sync
     from .repo import Repository
 
-    if not hasattr(Repository, "clone"):
-        raise Skip("sync is not in this build yet (Repository.clone, `ctxstore serve --http`)")
-    raise Skip("the sync step of the tour is not written yet")
+    hub_dir = t.directory / "hub"
+    Repository.init(hub_dir / "team" / "support").close()
+    token = secrets.token_hex(16)
+    (t.directory / "tokens").write_text(f"write {token} tour\n")
+    argv = [sys.executable, "-m", "ctxstore.cli", "serve", "--http", "127.0.0.1:0", str(hub_dir),
+            "--tokens", str(t.directory / "tokens")]
+    t.say(f"    $ ctxstore serve --http 127.0.0.1:0 {hub_dir} --tokens tokens   # in the background")
+    server = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        assert server.stderr is not None
+        line = server.stderr.readline()
+        if " on " not in line:
+            raise Skip(f"the hub did not start: {line.strip() or 'no output'}")
+        url = line.rsplit(" on ", 1)[1].strip() + "/team/support"
+        t.show(f"hub listening at {url}")
+        with Repository.open(t.repo_path) as repo:
+            t.code(f"""
+                repo.remote_add("hub", "{url}")
+                sync.push(repo, "hub", ["main"], token=TOKEN)
+            """)
+            repo.remote_add("hub", url)
+            pushed = sync.push(repo, "hub", ["main"], token=token)
+            t.show(pushed)
+            t.code("""
+                other = sync.clone(url, "elsewhere", token=TOKEN)    # a second machine
+                other.append("main", [{"role": "user", "content": "hello from elsewhere"}])
+                sync.push(other, "origin", ["main"], token=TOKEN)
+                sync.pull(repo, "hub", "main", token=TOKEN)
+            """)
+            other = sync.clone(url, t.directory / "elsewhere", token=token)
+            with other:
+                other.append("main", [{"role": "user", "content": "hello from elsewhere"}])
+                sync.push(other, "origin", ["main"], token=token)
+                sync.pull(repo, "hub", "main", token=token)
+                same = repo.refs()["refs/heads/main"] == other.refs()["refs/heads/main"]
+            t.show(f"both repositories now have main at {repo.refs()['refs/heads/main'][:12]}: {same}")
+            t.show(f"last message: {repo.history('main').render()[-1]['content']}")
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    t.show("hub stopped")
 
 
 STEPS: list[Step] = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import textwrap
@@ -28,8 +29,8 @@ class Hub:
     def __init__(self, root: Path, *extra: str) -> None:
         tokens = root.parent / "tokens"
         tokens.write_text(f"# scope token name\nread {READ} reader\nwrite {WRITE} writer\n")
-        self.proc = subprocess.Popen([*CLI, "serve", "--http", "127.0.0.1:0", str(root), "--tokens", str(tokens),
-                                      *extra], stderr=subprocess.PIPE, text=True)
+        argv = [*CLI, "serve", "--http", "127.0.0.1:0", str(root), "--tokens", str(tokens), *extra]
+        self.proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
         assert self.proc.stderr is not None
         deadline = time.monotonic() + 30
         line = ""
@@ -60,6 +61,15 @@ def hub(tmp_path: Path) -> Any:
     server.stop()
 
 
+def _raw_status(url: str, target: str, token: str) -> int:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(f"GET {target} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+                     "Connection: close\r\n\r\n".encode())
+        reply = conn.recv(1024)
+    return int(reply.split(b" ", 2)[1])
+
+
 def _state(path: Path) -> tuple[Any, ...]:
     with Repository.open(path) as repo, repo.store.transaction() as txn:
         return txn.refs("refs/"), len(repo.store)
@@ -80,9 +90,12 @@ def test_status_codes_for_auth_paths_and_size(hub):
         assert client.post(f"{base}/push", content=b"x",
                            headers={"Authorization": f"Bearer {READ}"}).status_code == 403
         auth = {"Authorization": f"Bearer {WRITE}"}
-        for path in ("team/nope", "team", "team/../team/conv", "..%2F..%2Fetc", "team/conv/../../..",
-                     ".hidden/conv"):
+        for path in ("team/nope", "team", "..%2F..%2Fetc", ".hidden/conv", "team/conv%2F..%2F..%2F.."):
             assert client.get(f"{server.url}/{path}/refs", headers=auth).status_code == 404, path
+        # Clients normalise dot segments; send them raw, as an attacker would.
+        for raw in ("/../../etc/refs", "/team/../../hub/team/conv/refs", "/team/conv/../../../refs",
+                    "/%2e%2e/%2e%2e/refs"):
+            assert _raw_status(server.url, raw, WRITE) == 404, raw
         assert client.post(f"{base}/push", content=b"x" * 300_000, headers=auth).status_code == 413
 
 

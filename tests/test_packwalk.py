@@ -149,4 +149,5 @@ def test_moved_ref_raises_non_fast_forward_and_writes_nothing(pair):
 
 def test_read_pack_of_walk_output_verifies(big):
     store, base, head = big
-    assert [oid for oid, _ in read_pack(pack(store, [head], [base]))] == objects_to_send(store, [head], [base])
+    sent = [oid for oid, _ in read_pack(pack(store, [head], [base]))]
+    assert sent == objects_to_send(store, [head], [base])

@@ -288,3 +288,35 @@ def test_the_recorder_is_a_strategy_that_signal_strategies_can_wrap(repo: Reposi
     run(wrapped.on_append(user("x"), APPEND))
     assert sizes == [0, 1]
     assert repo.history("main").size == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from(["user", "assistant", "read"])),
+                min_size=1, max_size=24))
+def test_interleaved_summarizers_and_writers_keep_every_original(schedule: list[tuple[int, str]]) -> None:
+    """Two summarizing recorders racing a plain one: restore() gives every message once, in order."""
+    repo = Repository.memory()
+    writers = [
+        repository_history_strategy(
+            repo, "main", summarizing_history_strategy(model=MODEL, trigger_tokens=0, keep_recent=1)),
+        repository_history_strategy(
+            repo, "main", summarizing_history_strategy(model=MODEL, trigger_tokens=0, keep_recent=2)),
+        repository_history_strategy(repo, "main"),
+    ]
+    sent: list[list[str]] = [[], [], []]
+    for n, (who, action) in enumerate(schedule):
+        if action == "read":
+            run(writers[who].on_read(READ))
+            continue
+        text = f"w{who}-{n}"
+        message = user(text) if action == "user" else assistant(text)
+        run(writers[who].on_append(message, APPEND))
+        sent[who].append(text)
+    stored = repo.history("main")
+    restored = texts(stored.restore())
+    assert sorted(restored) == sorted(t for mine in sent for t in mine)
+    for mine in sent:
+        assert [t for t in restored if t in mine] == mine
+    view = stored.refs()
+    summarized = {source for e in view if e.kind == "summary" for source in e.sources or ()}
+    assert summarized.isdisjoint(e.id for e in view)  # nothing is both summarized and shown

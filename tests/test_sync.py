@@ -110,9 +110,9 @@ def test_divergent_push_is_refused_and_server_unchanged(hub, mine):
 
 def test_server_refuses_non_fast_forward_even_from_a_lying_client(hub, mine):
     """The server checks ancestry itself: a client claiming ff for a divergent head is refused."""
+    from ctxstore.codec import from_hex
     from ctxstore.packwalk import pack
     from ctxstore.sync.protocol import RefUpdate
-    from ctxstore.codec import from_hex
 
     hub.append("main", [{"role": "user", "content": "theirs"}])
     mine.append("main", [{"role": "user", "content": "ours"}])

@@ -1,0 +1,218 @@
+"""Import and export: JSON and JSONL messages, snapshots (ours and the TypeScript shape), Claude Code."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ctxstore.errors import InvalidInput, NonFastForward
+from ctxstore.repo import Repository
+from ctxstore.transfer import (
+    detect_format,
+    export_ref,
+    import_claude_code,
+    import_file,
+    import_messages,
+    import_snapshot,
+    write_export,
+)
+
+
+def msg(text: str, role: str = "user") -> dict[str, Any]:
+    return {"role": role, "content": text}
+
+
+@pytest.fixture
+def repo() -> Repository:
+    return Repository.memory()
+
+
+# -- messages ----------------------------------------------------------------------------------------
+
+def test_json_list_import_appends_in_order(repo: Repository, tmp_path: Path) -> None:
+    messages = [msg(f"m{i}", "user" if i % 2 == 0 else "assistant") for i in range(2500)]
+    path = tmp_path / "conv.json"
+    path.write_text(json.dumps(messages))
+    result = import_file(repo, path, "main")
+    assert result.entries == 2500 and list(result.refs) == ["refs/heads/main"]
+    assert repo.history("main").render() == messages
+
+
+def test_jsonl_import_and_export_round_trip(repo: Repository, tmp_path: Path) -> None:
+    messages = [msg("hello"), msg([{"type": "text", "text": "hi"}], "assistant")]  # type: ignore[arg-type]
+    path = tmp_path / "conv.jsonl"
+    path.write_text("\n".join(json.dumps(m) for m in messages) + "\n")
+    assert detect_format(path.read_text()) == "jsonl"
+    import_file(repo, path, "main")
+    out = export_ref(repo, "main", format="jsonl")
+    assert [json.loads(line) for line in out.splitlines()] == messages
+    assert json.loads(export_ref(repo, "main", format="json")) == messages
+
+
+def test_entries_with_ids_round_trip(repo: Repository) -> None:
+    import_messages(repo, "main", [{"id": "a", "message": msg("x")}, {"id": "b", "message": msg("y"),
+                                                                     "meta": {"k": 1}}])
+    text = export_ref(repo, "main", format="jsonl", with_ids=True)
+    other = Repository.memory()
+    import_file(other, io.StringIO(text), "copy")
+    assert [e.id for e in other.history("copy").refs()] == ["a", "b"]
+    assert other.history("copy").refs()[1].meta == {"k": 1}
+
+
+def test_a_bad_message_leaves_the_repository_unchanged(repo: Repository) -> None:
+    import_messages(repo, "main", [msg("keep")])
+    before = (repo.refs(), len(repo.store))
+    with pytest.raises(InvalidInput, match="message"):
+        import_messages(repo, "main", [msg("fine"), {"content": "no role"}])
+    with pytest.raises(InvalidInput):
+        import_file(repo, io.StringIO('{"role": "user"}\nnot json\n{"role": "user"}\n'), "main")
+    assert (repo.refs(), len(repo.store)) == before
+
+
+def test_import_into_an_existing_ref_appends(repo: Repository) -> None:
+    import_messages(repo, "main", [msg("1")])
+    import_messages(repo, "main", [msg("2")])
+    assert [m["content"] for m in repo.history("main").render()] == ["1", "2"]
+
+
+# -- snapshots ---------------------------------------------------------------------------------------
+
+def test_snapshot_export_and_import_keep_the_lineage(repo: Repository) -> None:
+    h = repo.history("main").extend([msg("a"), msg("b")]).edit({"op": "remove", "id": "nope"})
+    h = h.append(msg("c"))
+    repo.commit("main", h)
+    snapshot = json.loads(export_ref(repo, "main", format="snapshot"))
+    assert detect_format(json.dumps(snapshot)) == "snapshot"
+    other = Repository.memory()
+    result = import_snapshot(other, "restored", snapshot)
+    assert other.history("restored").render() == repo.history("main").render()
+    assert len(list(other.iter_revisions("restored"))) == len(list(repo.iter_revisions("main")))
+    assert result.refs["refs/heads/restored"] == other.head("restored")
+
+
+def test_typescript_snapshot_loads(repo: Repository) -> None:
+    snapshot = {
+        "entries": [
+            {"id": "u1", "kind": "turn", "message": msg("question")},
+            {"id": "a1", "kind": "turn", "message": msg("answer", "assistant")},
+        ],
+        "revisions": [
+            {"id": "r0", "entryIds": [], "createdAt": 1},
+            {"id": "r1", "entryIds": ["u1"], "parent": "r0", "createdAt": 2,
+             "operation": {"type": "append", "entryIds": ["u1"]}},
+            {"id": "r2", "entryIds": ["u1", "a1"], "parent": "r1", "createdAt": 3,
+             "operation": {"type": "append", "entryIds": ["a1"]}},
+        ],
+        "head": "r2",
+    }
+    import_file(repo, io.StringIO(json.dumps(snapshot)), "ts")
+    assert repo.history("ts").render() == [msg("question"), msg("answer", "assistant")]
+
+
+def test_snapshot_import_over_an_unrelated_ref_needs_force(repo: Repository) -> None:
+    import_messages(repo, "main", [msg("mine")])
+    snapshot = Repository.memory().history("x").append(msg("theirs")).to_snapshot()
+    with pytest.raises(NonFastForward):
+        import_snapshot(repo, "main", snapshot)
+    import_snapshot(repo, "main", snapshot, force=True)
+    assert repo.history("main").render() == [msg("theirs")]
+
+
+# -- Claude Code transcripts -------------------------------------------------------------------------
+
+def _rec(uuid: str, parent: str | None, kind: str, content: Any, **extra: Any) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": kind, "content": content}
+    if kind == "assistant":
+        message = {"id": extra.pop("mid", f"msg_{uuid}"), "role": "assistant", "model": "claude-sonnet-4-6",
+                   "content": content}
+    return {"uuid": uuid, "parentUuid": parent, "type": kind, "message": message, "sessionId": "sess-1",
+            "isSidechain": extra.pop("sidechain", False), "timestamp": "2026-01-01T00:00:00Z", **extra}
+
+
+TRANSCRIPT: list[dict[str, Any]] = [
+    {"type": "summary", "summary": "A session title", "leafUuid": "u9"},
+    _rec("u1", None, "user", "List the files"),
+    _rec("a1", "u1", "assistant", [{"type": "text", "text": "Looking."}], mid="m1"),
+    _rec("a2", "a1", "assistant", [{"type": "tool_use", "id": "t1", "name": "ls", "input": {}}], mid="m1"),
+    _rec("u2", "a2", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": "a.py"}]),
+    {"type": "file-history-snapshot", "messageId": "x", "snapshot": {}},
+    _rec("a3", "u2", "assistant", [{"type": "text", "text": "One file: a.py"}]),
+    # A subagent's sidechain: its first record has no parent.
+    _rec("s1", None, "user", "Subagent task", sidechain=True),
+    _rec("s2", "s1", "assistant", [{"type": "text", "text": "Subagent done"}], sidechain=True),
+    # A retried turn: a second child of u1.
+    _rec("r1", "u1", "assistant", [{"type": "text", "text": "A different first answer"}]),
+    # Compaction: a boundary (no parent, a logical parent), then the summary, then more conversation.
+    {"uuid": "b1", "parentUuid": None, "logicalParentUuid": "a3", "type": "system",
+     "subtype": "compact_boundary", "content": "Conversation compacted", "sessionId": "sess-1",
+     "compactMetadata": {"trigger": "manual", "preTokens": 1234}},
+    _rec("c1", "b1", "user", "This session is being continued. Summary: listed files.",
+         isCompactSummary=True),
+    _rec("u9", "c1", "user", "Thanks"),
+    _rec("a9", "u9", "assistant", [{"type": "text", "text": "You're welcome"}]),
+]
+
+
+def test_claude_code_transcript_becomes_refs_forks_and_summaries(repo: Repository, tmp_path: Path) -> None:
+    path = tmp_path / "sess-1.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in TRANSCRIPT) + "\n")
+    assert detect_format(path.read_text()) == "claude"
+    result = import_file(repo, path)
+    assert set(result.refs) == {"refs/heads/claude/sess-1", "refs/heads/claude/sess-1/sidechain-s2",
+                                "refs/heads/claude/sess-1/fork-r1"}
+    main = repo.history("claude/sess-1")
+    entries = main.refs()
+    # After the compaction the view is the summary and what followed; the summary's id is its record's.
+    assert [e.id for e in entries] == ["c1", "u9", "a9"]
+    assert entries[0].kind == "summary" and entries[0].sources == ["u1", "a1", "u2", "a3"]
+    assert entries[0].meta is not None and entries[0].meta["claudeCode"]["uuid"] == "c1"
+    # Nothing was dropped: restoring the summary gives the conversation before it.
+    restored = main.restore()
+    assert [m["role"] for m in restored] == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    # The two records of one assistant message are one entry again.
+    assert [b["type"] for b in restored[1]["content"]] == ["text", "tool_use"]
+    side = repo.history("claude/sess-1/sidechain-s2").render()
+    assert side[-2:] == [msg("Subagent task"), {"role": "assistant", "content": [
+        {"type": "text", "text": "Subagent done"}]}]
+    fork = repo.history("claude/sess-1/fork-r1").render()
+    assert fork == [msg("List the files"), {"role": "assistant", "content": [
+        {"type": "text", "text": "A different first answer"}]}]
+    assert repo.fsck().ok
+
+
+def test_reimporting_a_transcript_needs_force(repo: Repository) -> None:
+    import_claude_code(repo, TRANSCRIPT, "cc")
+    before = repo.refs()
+    with pytest.raises(NonFastForward):
+        import_claude_code(repo, TRANSCRIPT, "cc")
+    assert repo.refs() == before
+    import_claude_code(repo, TRANSCRIPT, "cc", force=True)
+    assert [e.id for e in repo.history("cc").refs()] == ["c1", "u9", "a9"]
+
+
+def test_a_compaction_without_summary_record_becomes_a_summary_entry(repo: Repository) -> None:
+    records = [_rec("u1", None, "user", "hi"), _rec("a1", "u1", "assistant", "hello"),
+               {"uuid": "b1", "parentUuid": None, "logicalParentUuid": "a1", "type": "system",
+                "subtype": "compact_boundary", "content": "Conversation compacted"},
+               _rec("u2", "b1", "user", "next")]
+    import_claude_code(repo, records, "cc")
+    entries = repo.history("cc").refs()
+    assert [(e.id, e.kind) for e in entries] == [("b1", "summary"), ("u2", "turn")]
+    assert entries[0].sources == ["u1", "a1"]
+
+
+def test_a_transcript_without_messages_is_refused(repo: Repository) -> None:
+    with pytest.raises(InvalidInput):
+        import_claude_code(repo, [{"type": "summary", "summary": "t"}])
+    assert repo.refs() == {}
+
+
+def test_export_of_an_unknown_ref_is_an_error(repo: Repository) -> None:
+    with pytest.raises(KeyError):
+        write_export(repo, "nothing", io.StringIO())
+    with pytest.raises(InvalidInput):
+        export_ref(repo, "main", format="xml")

@@ -1,0 +1,249 @@
+"""Benchmark the repository against raw LMDB: commits, bulk import, append cost by size, bytes on disk.
+
+Run ``python tools/bench_store.py``; it replaces the "Store and repository" section of docs/benchmarks.md.
+Each figure is measured side by side with its baseline in the same run.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import blake3
+import cbor2
+import lmdb
+import zstandard
+from benchdoc import message, write_section
+
+from ctxstore.repo import Repository
+from ctxstore.transfer import import_messages
+
+TITLE = "Store and repository"
+COMMITS = 300
+BULK = 20_000
+APPENDS = 300
+
+
+def _dir_bytes(path: Path) -> int:
+    """Bytes allocated on disk under a directory (not the apparent size of a sparse file)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            st = os.stat(os.path.join(root, name))
+            total += min(st.st_blocks * 512, st.st_size)
+    return total
+
+
+def _child(kind: str, workdir: str) -> float:
+    """Run one measurement in a fresh process (one LMDB sync mode per environment and process)."""
+    out = subprocess.run([sys.executable, __file__, "--child", kind, workdir], capture_output=True,
+                         text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+# -- measurements, each run in its own process -------------------------------------------------------
+
+def raw_commits(workdir: Path) -> float:
+    """Durable LMDB transactions per second, one small put each."""
+    env = lmdb.open(str(workdir / "raw"), map_size=1 << 30, sync=True, metasync=True)
+    values = [zstandard.ZstdCompressor().compress(cbor2.dumps(message(i), canonical=True))
+              for i in range(COMMITS)]
+    start = time.perf_counter()
+    for value in values:
+        with env.begin(write=True) as txn:
+            txn.put(blake3.blake3(value).digest(), value)
+    elapsed = time.perf_counter() - start
+    env.close()
+    return COMMITS / elapsed
+
+
+def repo_commits(workdir: Path) -> float:
+    """Durable append-one-message-and-commit per second on a 1,000-message conversation."""
+    repo = Repository.init(workdir / "repo")
+    import_messages(repo, "main", [message(i) for i in range(1000)])
+    history = repo.history("main")
+    start = time.perf_counter()
+    for i in range(COMMITS):
+        history = history.append(message(1000 + i))
+        repo.commit("main", history)
+    elapsed = time.perf_counter() - start
+    repo.close()
+    return COMMITS / elapsed
+
+
+def raw_bulk(workdir: Path) -> float:
+    """Messages per second through canonical CBOR, blake3, zstd and one LMDB write transaction."""
+    env = lmdb.open(str(workdir / "raw"), map_size=1 << 31, sync=True, metasync=True)
+    messages = [message(i) for i in range(BULK)]
+    cctx = zstandard.ZstdCompressor(level=3)
+    start = time.perf_counter()
+    with env.begin(write=True) as txn:
+        for n, m in enumerate(messages):
+            data = cbor2.dumps({"type": "entry", "id": f"{n:026d}", "kind": "turn", "message": m},
+                               canonical=True)
+            txn.put(blake3.blake3(data).digest(), b"\x01" + cctx.compress(data))
+    elapsed = time.perf_counter() - start
+    env.close()
+    return BULK / elapsed
+
+
+def repo_bulk(workdir: Path) -> float:
+    """Messages per second imported into a durable repository in one commit."""
+    repo = Repository.init(workdir / "repo")
+    messages = [message(i) for i in range(BULK)]
+    start = time.perf_counter()
+    import_messages(repo, "main", messages)
+    elapsed = time.perf_counter() - start
+    repo.close()
+    return BULK / elapsed
+
+
+def _append_cost(workdir: Path, size: int, durable: bool = False) -> float:
+    repo = Repository.init(workdir / f"repo{size}", durable=False)
+    history = repo.history("main")
+    for start in range(0, size, 10_000):
+        history = history.extend([message(i) for i in range(start, min(size, start + 10_000))])
+    repo.commit("main", history)
+    repo.close()
+    times = []
+    with Repository.open(workdir / f"repo{size}", durable=durable) as repo:
+        for i in range(APPENDS // 3 if durable else APPENDS):
+            start = time.perf_counter()
+            loaded = repo.history("main")  # load lazily each time, as a fresh agent process would
+            repo.commit("main", loaded.append(message(size + i)))
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def append_small(workdir: Path) -> float:
+    """Median seconds to open, append one message and commit on a 100-message conversation."""
+    return _append_cost(workdir, 100)
+
+
+def append_large(workdir: Path) -> float:
+    """The same on a 100,000-message conversation."""
+    return _append_cost(workdir, 100_000)
+
+
+def append_small_durable(workdir: Path) -> float:
+    """Median seconds to open, append one message and commit durably on a 100-message conversation."""
+    return _append_cost(workdir, 100, durable=True)
+
+
+def append_large_durable(workdir: Path) -> float:
+    """The same on a 100,000-message conversation."""
+    return _append_cost(workdir, 100_000, durable=True)
+
+
+def forks_disk(workdir: Path) -> float:
+    """Bytes on disk for 10,000 messages with 50 forks of 20 messages (one commit per message)."""
+    repo = Repository.init(workdir / "repo", durable=False)
+    rng = random.Random(7)
+    fork_points = sorted(rng.sample(range(100, 10_000), 50))
+    at_point: dict[int, Any] = {}
+    history = repo.history("main")
+    for i in range(10_000):
+        history = history.append(message(i))
+        repo.commit("main", history)
+        if i + 1 in fork_points:
+            at_point[i + 1] = history
+    lines: dict[str, list[Any]] = {"main": [message(i) for i in range(10_000)]}
+    for n, point in enumerate(fork_points):
+        fork = at_point[point].fork()
+        extra = [message(100_000 + 100 * n + j) for j in range(20)]
+        for m in extra:
+            fork = fork.append(m)
+            repo.commit(f"fork/{n}", fork)
+        lines[f"fork/{n}"] = [message(i) for i in range(point)] + extra
+    repo.store.sync()  # type: ignore[attr-defined]
+    stats = repo.stats()
+    repo.close()
+    jsonl = workdir / "jsonl"
+    jsonl.mkdir()
+    import json
+
+    for name, msgs in lines.items():
+        (jsonl / (name.replace("/", "_") + ".jsonl")).write_text(
+            "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in msgs))
+    Path(workdir / "figures.txt").write_text(
+        f"{stats.disk_bytes} {_dir_bytes(workdir / 'repo')} {_dir_bytes(jsonl)} {stats.objects} "
+        f"{stats.logical_bytes}\n")
+    return float(_dir_bytes(workdir / "repo"))
+
+
+KINDS = {f.__name__: f for f in (raw_commits, repo_commits, raw_bulk, repo_bulk, append_small, append_large,
+                                 append_small_durable, append_large_durable, forks_disk)}
+
+
+def main() -> None:
+    base = Path(tempfile.mkdtemp(prefix="ctxstore-bench-"))
+    try:
+        fig: dict[str, float] = {}
+        for kind in KINDS:
+            workdir = base / kind
+            workdir.mkdir()
+            fig[kind] = _child(kind, str(workdir))
+            print(f"{kind}: {fig[kind]:.4g}", file=sys.stderr)
+        disk, repo_dir, jsonl_dir, objects, logical = (
+            int(x) for x in (base / "forks_disk" / "figures.txt").read_text().split())
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    commit_ratio = fig["repo_commits"] / fig["raw_commits"]
+    bulk_ratio = fig["repo_bulk"] / fig["raw_bulk"]
+    append_ratio = fig["append_large"] / fig["append_small"]
+    durable_ratio = fig["append_large_durable"] / fig["append_small_durable"]
+    body = f"""
+Durable commits (fsync per commit), bulk import, and the cost of one append as a conversation grows,
+each against its baseline in the same run; then bytes on disk for a forked conversation.
+
+| measurement | ctxstore | baseline | ratio | goal |
+|---|---:|---:|---:|---:|
+| durable append + commit per second (1,000-message conversation) vs raw LMDB single-put durable \
+transactions | {fig['repo_commits']:,.0f}/s | {fig['raw_commits']:,.0f}/s | {commit_ratio:.0%} | ≥ 40% |
+| bulk import of {BULK:,} messages, one commit (`import_messages`) vs canonical CBOR + blake3 + zstd + \
+LMDB put in one transaction | {fig['repo_bulk']:,.0f} msg/s | {fig['raw_bulk']:,.0f} msg/s | \
+{bulk_ratio:.0%} | ≥ 25% |
+| open + append one message + commit (non-durable, median of {APPENDS}): 100,000-message vs 100-message \
+conversation | {fig['append_large'] * 1e3:.2f} ms | {fig['append_small'] * 1e3:.2f} ms | \
+{append_ratio:.2f}x | ≤ 1.5x |
+| the same, durable (the default; median of {APPENDS // 3}) | {fig['append_large_durable'] * 1e3:.2f} ms | \
+{fig['append_small_durable'] * 1e3:.2f} ms | {durable_ratio:.2f}x | ≤ 1.5x |
+
+The non-durable append ratio is CPU and page work that grows with depth: the 100,000-message tree has
+four levels against two, so the append reads and rewrites two more nodes (the history layer), and the
+commit's LMDB transaction copies more B-tree pages (the objects and times databases are three levels
+deep instead of one). Durable commits are dominated by the fsync, which does not grow with size.
+
+A 10,000-message conversation committed one message at a time, with 50 forks of 20 messages each
+(each fork message its own commit), against the same messages written as one JSONL file per branch
+(every fork file holding its whole view):
+
+| | bytes |
+|---|---:|
+| repository directory on disk (LMDB data and lock files, allocated) | {repo_dir:,} |
+| of which LMDB pages in use | {disk:,} |
+| one JSONL file per branch (51 files) | {jsonl_dir:,} |
+| repository / JSONL | {repo_dir / jsonl_dir:.1%} |
+| objects in the store | {objects:,} |
+| logical bytes (every branch's entries written out, canonical CBOR) | {logical:,} |
+"""
+    write_section(TITLE, "python tools/bench_store.py", body)
+    print(body)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--child":
+        print(KINDS[sys.argv[2]](Path(sys.argv[3])))
+    else:
+        main()
