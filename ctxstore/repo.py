@@ -33,7 +33,7 @@ from .errors import (
 )
 from .history import MessageHistory
 from .objects import Entry, Object, Revision, SeqNode, parse_object, references
-from .refs import ANY, HEADS, ReflogEntry, Refs, apply_updates, resolve_ref_name
+from .refs import ANY, HEADS, ReflogEntry, Refs, apply_updates, default_ref_name, ref_candidates
 from .store.base import Transaction, TransactionalStore
 from .store.memory import MemoryStore
 
@@ -52,6 +52,7 @@ FORMAT: Final = "ctxstore repository 1\n"
 _FORMAT_FILE = "format"
 _DB_DIR = "db"
 _CAS_RETRIES = 8
+_KNOWN_WALK = 256
 _REMOTE_NAMES = "remote.names"
 
 
@@ -64,7 +65,7 @@ def _short(oid: ObjectId | None) -> str:
 
 
 class _Moved(Exception):
-    """The ref moved between the fast-forward check and the write transaction: check again."""
+    """A ref's head is not known to be an ancestor: (ref, full name, head); walk the lineage and retry."""
 
 
 @dataclass
@@ -202,6 +203,7 @@ class Repository:
         # Revision id -> parent, filled as lineages are walked: revisions are immutable, so this never
         # goes stale, and fast-forward checks after the first one cost dictionary lookups.
         self._parents: dict[ObjectId, ObjectId | None] = {}
+        self._candidates: dict[str, list[str]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------------
     @classmethod
@@ -396,36 +398,35 @@ class Repository:
             if h.workspace.source is not self.store:
                 # Built over another source: what its new objects point at may be missing here.
                 foreign.update(oid for oid, _ in made)
+        moves: dict[str, tuple[ObjectId | None, ObjectId]] = {}
         for _attempt in range(_CAS_RETRIES):
-            expected: dict[str, ObjectId | None] = {}
-            with self.store.transaction() as txn:
-                for ref in heads:
-                    full = resolve_ref_name(ref, lambda n, t=txn: t.get_ref(n) is not None)
-                    if full in expected:
-                        raise InvalidInput(f"ref {full} is committed twice in one batch ({ref!r})")
-                    expected[full] = txn.get_ref(full)
-            fulls = list(expected)
-            if not force:
-                for (ref, head), full in zip(heads.items(), fulls, strict=True):
-                    current = expected[full]
-                    if current is not None and current != head and not self._descends(updates[ref], current):
-                        base = self._base_of(updates[ref])
-                        raise NonFastForward(
-                            f"ref {full} moved to {_short(current)} since you loaded it at {_short(base)}; "
-                            "rebase onto it or commit with force",
-                            ref=full, current=to_hex(current),
-                            expected=None if base is None else to_hex(base))
             try:
+                # The common case costs one write transaction: the ref is unborn, or its head is
+                # reached by walking revisions this process already knows, so nothing is read meanwhile.
                 with self.store.transaction(write=True) as txn:
-                    for full in fulls:
-                        if txn.get_ref(full) != expected[full]:
-                            raise _Moved
+                    moves = {}
+                    for ref, head in heads.items():
+                        full = self._resolve_in(txn, ref)
+                        if full in moves:
+                            raise InvalidInput(f"ref {full} is committed twice in one batch ({ref!r})")
+                        current = txn.get_ref(full)
+                        if not (force or current is None or current == head
+                                or self._known_descent(head, current, pending)):
+                            raise _Moved(ref, full, current)
+                        moves[full] = (current, head)
                     self._write_objects(txn, pending, foreign)
-                    apply_updates(txn, {full: (expected[full], heads[ref])
-                                        for (ref, _h), full in zip(updates.items(), fulls, strict=True)},
-                                  message=message or "commit")
-            except _Moved:
-                continue
+                    apply_updates(txn, moves, message=message or "commit")
+            except _Moved as moved:
+                ref, full, current = moved.args
+                # Walk the lineage outside the writer's lock, reading the store as needed.
+                if not self._descends(updates[ref], current):
+                    base = self._base_of(updates[ref])
+                    raise NonFastForward(
+                        f"ref {full} moved to {_short(current)} since you loaded it at {_short(base)}; "
+                        "rebase onto it or commit with force",
+                        ref=full, current=to_hex(current), expected=None if base is None else to_hex(base),
+                    ) from None
+                continue  # the walk filled the parent cache: the next try decides inside the transaction
             break
         else:
             raise StoreError(f"refs {', '.join(heads)} kept moving while committing ({_CAS_RETRIES} tries); "
@@ -433,7 +434,46 @@ class Repository:
         for h in updates.values():
             if h.workspace.source is self.store:
                 h.workspace.forget(pending)
-        return fulls
+        return list(moves)
+
+    def _resolve_in(self, txn: Transaction, ref: str) -> str:
+        """The full name of `ref` inside a transaction (candidate lists are cached: validating is costly)."""
+        candidates = self._candidates.get(ref)
+        if candidates is None:
+            candidates = ref_candidates(ref)
+            if not candidates:
+                default_ref_name(ref)  # raises InvalidRefName with the reason
+            if len(self._candidates) > 4096:
+                self._candidates.clear()
+            self._candidates[ref] = candidates
+        for name in candidates:
+            if txn.get_ref(name) is not None:
+                return name
+        return candidates[0]
+
+    def _known_descent(self, head: ObjectId, ancestor: ObjectId, pending: Mapping[ObjectId, bytes]) -> bool:
+        """Whether `ancestor` is in head's lineage, judged only from pending objects and cached parents.
+
+        False means "not known", not "no": the caller then walks the lineage outside the transaction.
+        """
+        oid: ObjectId | None = head
+        for _step in range(_KNOWN_WALK):
+            if oid is None:
+                return False
+            if oid == ancestor:
+                return True
+            if oid in self._parents:
+                oid = self._parents[oid]
+                continue
+            data = pending.get(oid)
+            if data is None:
+                return False
+            rev = parse_object(data, trusted=True)
+            if not isinstance(rev, Revision):
+                return False
+            self._parents[oid] = rev.parent
+            oid = rev.parent
+        return False
 
     def _write_objects(self, txn: Transaction, pending: dict[ObjectId, bytes],
                        foreign: set[ObjectId]) -> None:
@@ -542,6 +582,54 @@ class Repository:
             return out
 
     # -- diff ----------------------------------------------------------------------------------------
+    # -- packs and sync: thin spellings of ctxstore.packwalk and ctxstore.sync ----------------------
+    def _revisions(self, specs: Iterable[str] | str) -> list[ObjectId]:
+        listed = [specs] if isinstance(specs, str) else list(specs)
+        return [from_hex(self.resolve(spec)) for spec in listed]
+
+    def pack(self, wants: Iterable[str] | str, haves: Iterable[str] | str = ()) -> Iterator[bytes]:
+        """The pack of every object reachable from `wants` and not from `haves` (refs or revision ids)."""
+        from . import packwalk
+
+        return packwalk.pack(self.store, self._revisions(wants), self._revisions(haves))
+
+    def changes_since(self, ref_or_revision: str, base: str | None = None) -> Iterator[bytes]:
+        """What `ref_or_revision` adds to `base`, as a pack (the whole lineage when base is None)."""
+        return self.pack(ref_or_revision, () if base is None else base)
+
+    def unpack(self, stream: Any, ref_updates: Mapping[str, Any] | None = None) -> Any:
+        """Receive a pack (a binary file object or an iterable of bytes chunks): all of it or nothing."""
+        from . import packwalk
+
+        return packwalk.unpack(self.store, stream, ref_updates)
+
+    def fetch(self, remote: str = "origin", **options: Any) -> Any:
+        """Fetch a remote's heads into refs/remotes/<remote>/ (see `ctxstore.sync.fetch`)."""
+        from . import sync
+
+        return sync.fetch(self, remote, **options)
+
+    def pull(self, remote: str = "origin", ref: str = "main", *, rebase: bool = False, **options: Any) -> Any:
+        """Fetch, then fast-forward `ref` (or with `rebase`, replay local revisions on top)."""
+        from . import sync
+
+        return sync.pull(self, remote, ref, rebase=rebase, **options)
+
+    def push(self, remote: str = "origin", refs: Iterable[str] | None = None, *, force: bool = False,
+             expect: Mapping[str, Any] | None = None, **options: Any) -> Any:
+        """Push refs, fast-forward only unless `force`; `expect` is a lease; all refs or none move."""
+        from . import sync
+
+        return sync.push(self, remote, None if refs is None else list(refs), force=force, expect=expect,
+                         **options)
+
+    @classmethod
+    def clone(cls, url: str, path: str | os.PathLike[str], **options: Any) -> Repository:
+        """Copy the repository at `url` into `path`, with remote origin and a local head per remote head."""
+        from . import sync
+
+        return sync.clone(url, path, **options)
+
     def diff(self, a: str, b: str) -> RevisionDiff:
         """Entries added, removed and moved from `a` to `b` (refs or revisions), skipping equal subtrees."""
         ra, rb = from_hex(self.resolve(a)), from_hex(self.resolve(b))

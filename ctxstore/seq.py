@@ -28,6 +28,7 @@ __all__ = [
     "diff",
     "iter_items",
     "leaf_hash",
+    "splice",
 ]
 
 LEAF_TARGET = 32
@@ -47,14 +48,19 @@ def leaf_hash(entry_id: str, oid: bytes | None) -> bytes:
     return oid if oid is not None else blake3.blake3(entry_id.encode()).digest()
 
 
-def _chunks(items: Sequence[Item], level: int) -> list[list[Item]]:
+def _ends_chunk(item: Item, level: int, length: int) -> bool:
+    """Whether a chunk of `length` items that ends with `item` is cut after it."""
     threshold, most = _LIMITS.get(level, _INNER_LIMITS)
+    h = leaf_hash(item[0], item[1]) if level == 0 else item[0]
+    return length >= most or int.from_bytes(h[:4], "big") < threshold
+
+
+def _chunks(items: Sequence[Item], level: int) -> list[list[Item]]:
     out: list[list[Item]] = []
     current: list[Item] = []
     for item in items:
         current.append(item)
-        h = leaf_hash(item[0], item[1]) if level == 0 else item[0]
-        if len(current) >= most or int.from_bytes(h[:4], "big") < threshold:
+        if _ends_chunk(item, level, len(current)):
             out.append(current)
             current = []
     if current:
@@ -101,6 +107,105 @@ def append(root: ObjectId, items: Iterable[Item], get: GetNode, put: PutNode) ->
     for node in reversed(spine[:-1]):
         refs = _write_level(node.items[:-1] + refs, node.level, put)
     return _close(refs, spine[0].level, put)
+
+
+def splice(root: ObjectId, start: int, stop: int, items: Iterable[Item], get: GetNode,
+           put: PutNode) -> ObjectId:
+    """Replace the items at positions [start, stop) with `items`; returns the new root id.
+
+    The result is the tree `build` gives for the edited list. Chunks left of the change end at cuts the
+    change cannot move, so each level is re-cut from the start of the first node the change touches
+    until a new cut falls on an old node's end past the change; from there the old nodes are kept, and
+    the nodes replaced at one level are the change to splice into the level above. The cost is the
+    nodes around the change on each level, not the length of the list.
+    """
+    new = [[i, o] for i, o in items]
+    top = get(root)
+    if not 0 <= start <= stop <= top.count:
+        raise ValueError(f"splice range [{start}, {stop}) is outside a list of {top.count} items")
+    if start == stop and not new:
+        return root
+    height = top.level
+    # path[level] = [node, index]: the node on that level holding the change's start, and the index of
+    # the first changed item in it (at level 0 an entry, above it the child the path descends into).
+    path: list[list[Any]] = [[top, 0]] * (height + 1)
+    node, pos = top, start
+    for level in range(height, 0, -1):
+        index = 0
+        while index < len(node.items) - 1 and pos >= node.items[index][1]:
+            pos -= node.items[index][1]
+            index += 1
+        path[level] = [node, index]
+        node = get(ObjectId(node.items[index][0]))
+    path[0] = [node, pos]
+    change, removed = new, stop - start
+    for level in range(height + 1):
+        refs, replaced, at_end = _recut(path, level, change, removed, get, put)
+        # Nothing left of the change on this level and nothing after it: these nodes are the whole level.
+        alone = at_end and all(path[up][1] == 0 for up in range(level + 1, height + 1))
+        if alone or level == height:
+            if not refs:
+                return put(SeqNode(0, []))
+            return ObjectId(refs[0][0]) if len(refs) == 1 else _close(refs, level, put)
+        change, removed = refs, replaced
+    raise AssertionError("unreachable: the root level always ends the splice")
+
+
+def _recut(path: list[list[Any]], level: int, change: list[Item], removed: int, get: GetNode,
+           put: PutNode) -> tuple[list[Item], int, bool]:
+    """Re-cut one level around a change: new node refs, how many old nodes they replace, whether the
+    re-cut ran to the end of the level."""
+    height = len(path) - 1
+    node, index = path[level]
+    cursor = [list(step) for step in path]
+    refs: list[Item] = []
+    current: list[Item] = []
+
+    def feed(item: Item) -> None:
+        current.append(item)
+        if _ends_chunk(item, level, len(current)):
+            count = len(current) if level == 0 else sum(c[1] for c in current)
+            refs.append([put(SeqNode(level, list(current))), count])
+            current.clear()
+
+    for item in node.items[:index]:
+        feed(item)
+    for item in change:
+        feed(item)
+    old = node.items[index:]
+    replaced = 1
+    while True:
+        for item in old:
+            if removed:
+                removed -= 1
+            else:
+                feed(item)
+        if not removed and not current:
+            return refs, replaced, False
+        following = _next_node(cursor, level, height, get)
+        if following is None:
+            break
+        old = following.items
+        replaced += 1
+    if current:
+        count = len(current) if level == 0 else sum(c[1] for c in current)
+        refs.append([put(SeqNode(level, list(current))), count])
+    return refs, replaced, True
+
+
+def _next_node(cursor: list[list[Any]], level: int, height: int, get: GetNode) -> SeqNode | None:
+    """Move `cursor` to the next node on `level`; None at the end of the level."""
+    up = level + 1
+    while up <= height and cursor[up][1] + 1 >= len(cursor[up][0].items):
+        up += 1
+    if up > height:
+        return None
+    cursor[up][1] += 1
+    while up > level:
+        child = get(ObjectId(cursor[up][0].items[cursor[up][1]][0]))
+        up -= 1
+        cursor[up] = [child, 0]
+    return cursor[level][0]
 
 
 def iter_items(root: ObjectId, get: GetNode) -> Iterator[tuple[str, ObjectId | None]]:

@@ -32,7 +32,8 @@ floats = st.one_of(
 scalars = st.one_of(st.none(), st.booleans(), ints, floats, st.text(), st.binary())
 values = st.recursive(
     scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=5), st.dictionaries(st.text(max_size=8), inner, max_size=5)),
+    lambda inner: st.one_of(st.lists(inner, max_size=5),
+                            st.dictionaries(st.text(max_size=8), inner, max_size=5)),
     max_leaves=25,
 )
 
@@ -213,7 +214,8 @@ def test_compress_keeps_the_smaller_form() -> None:
 
 
 def test_compress_with_a_dictionary() -> None:
-    samples = [encode({"role": "user", "content": f"message number {n} about the deploy"}) for n in range(300)]
+    samples = [encode({"role": "user", "content": f"message number {n} about the deploy"})
+               for n in range(300)]
     dictionary = zstandard.train_dictionary(2048, samples)
     data = encode({"role": "user", "content": "message number 9999 about the deploy window"}) * 3
     packed = compress(data, dictionary=dictionary, dict_id=7)

@@ -270,6 +270,28 @@ def test_identical_re_append_is_not_a_conflict() -> None:
     assert texts(again) == ["A", "A"]
 
 
+def test_explicit_id_append_reads_only_recent_revisions() -> None:
+    """Checking a new explicit id does not walk the whole lineage (n appends would cost O(n^2))."""
+    history = MessageHistory()
+    for n in range(300):
+        history = history.append({"id": f"e{n}", "message": user(str(n))})
+    ws = history.workspace
+    reads: list[bytes] = []
+    original = ws.revision
+
+    def counting(oid: Any) -> Any:
+        reads.append(oid)
+        return original(oid)
+
+    ws.revision = counting  # type: ignore[method-assign]
+    try:
+        history = history.append({"id": "new", "message": user("new")})
+    finally:
+        del ws.revision
+    assert len(reads) < 20
+    assert ids(history)[-1] == "new"
+
+
 def test_generated_ids_are_distinct() -> None:
     history = MessageHistory().extend([user(str(n)) for n in range(200)])
     assert len(set(ids(history))) == 200
@@ -349,7 +371,8 @@ def test_move_with_missing_after_goes_to_the_end() -> None:
 
 def test_summary_replace_goes_where_the_first_source_stands_in_sequence_order() -> None:
     history = with_ids(("a", "A"), ("b", "B"), ("c", "C"), ("d", "D"))
-    edited = history.edit({"op": "summary", "sourceIds": ["d", "b"], "entry": {"id": "s", "message": user("S")},
+    edited = history.edit({"op": "summary", "sourceIds": ["d", "b"],
+                           "entry": {"id": "s", "message": user("S")},
                            "replace": True})
     assert ids(edited) == ["a", "s", "c"]
     [summary] = [e for e in edited.refs() if e.id == "s"]
@@ -408,7 +431,8 @@ def test_with_view_ids_keeps_unknown_ids_and_reading_drops_them() -> None:
     view = history.with_view(["b", "ghost", "a"])
     assert view.size == 3
     assert view.to_snapshot()["revisions"][-1]["entryIds"] == ["b", "ghost", "a"]
-    assert view.to_snapshot()["revisions"][-1]["operation"] == {"type": "view", "entryIds": ["b", "ghost", "a"]}
+    assert view.to_snapshot()["revisions"][-1]["operation"] == {"type": "view",
+                                                                 "entryIds": ["b", "ghost", "a"]}
     assert texts(view) == ["B", "A"]
     assert [e.id for e in view.refs()] == ["b", "a"]
     assert texts(history) == ["A", "B"]
@@ -474,9 +498,11 @@ def test_view_revision_of_unknown_id_resolves_when_the_entry_arrives() -> None:
 
 def test_restore_expands_summaries_recursively() -> None:
     history = with_ids(("a", "A"), ("b", "B"), ("c", "C"), ("d", "D"))
-    history = history.edit({"op": "summary", "sourceIds": ["a", "b"], "entry": {"id": "s1", "message": user("S1")},
+    history = history.edit({"op": "summary", "sourceIds": ["a", "b"],
+                            "entry": {"id": "s1", "message": user("S1")},
                             "replace": True})
-    history = history.edit({"op": "summary", "sourceIds": ["s1", "c"], "entry": {"id": "s2", "message": user("S2")},
+    history = history.edit({"op": "summary", "sourceIds": ["s1", "c"],
+                            "entry": {"id": "s2", "message": user("S2")},
                             "replace": True})
     assert texts(history) == ["S2", "D"]
     assert [m["content"] for m in history.restore()] == ["A", "B", "C", "D"]
@@ -547,7 +573,6 @@ def test_same_entry_built_twice_has_the_same_oid() -> None:
     one = MessageHistory().append({"id": "big", "message": big_message()})
     two = MessageHistory().append({"id": "big", "message": big_message()})
     assert one.workspace.index["big"] == two.workspace.index["big"]
-    assert one.revision_id != two.revision_id or True  # createdAt may differ; entries must not
 
 
 def test_blob_entry_hashes_the_same_after_a_snapshot_round_trip() -> None:
@@ -559,7 +584,8 @@ def test_blob_entry_hashes_the_same_after_a_snapshot_round_trip() -> None:
 
 
 def test_same_payload_in_two_entries_is_one_blob() -> None:
-    history = MessageHistory().extend([{"id": "a", "message": big_message()}, {"id": "b", "message": big_message()}])
+    history = MessageHistory().extend([{"id": "a", "message": big_message()},
+                                       {"id": "b", "message": big_message()}])
     objs = [history.workspace.get(o) for o, _ in history.workspace.pending()]
     assert sum(isinstance(o, Blob) for o in objs) == 2
     assert sum(isinstance(o, Entry) for o in objs) == 2
@@ -614,7 +640,8 @@ TS_SNAPSHOT = {
         {"id": "1-a8k2m0q", "kind": "turn", "message": {"role": "user", "content": "hello"}},
         {"id": "2-z9x8c7v", "kind": "turn", "message": {"role": "assistant", "content": "hi there"},
          "meta": {"turn": 1, "labels": ["greeting"]}},
-        {"id": "3-k2j4h5q", "kind": "summary", "message": {"role": "user", "content": "[Conversation summary] hi"},
+        {"id": "3-k2j4h5q", "kind": "summary",
+         "message": {"role": "user", "content": "[Conversation summary] hi"},
          "sources": ["1-a8k2m0q", "2-z9x8c7v"]},
         {"id": "4-p0o9i8u", "kind": "turn", "message": {"role": "user", "content": "next"}},
     ],
@@ -667,7 +694,8 @@ def test_typescript_snapshot_with_opaque_ids_loads() -> None:
 
 def test_typescript_snapshot_revision_order_does_not_matter() -> None:
     shuffled = dict(TS_SNAPSHOT, revisions=list(reversed(TS_SNAPSHOT["revisions"])))
-    assert MessageHistory.from_snapshot(shuffled).revision_id == MessageHistory.from_snapshot(TS_SNAPSHOT).revision_id
+    expected = MessageHistory.from_snapshot(TS_SNAPSHOT).revision_id
+    assert MessageHistory.from_snapshot(shuffled).revision_id == expected
 
 
 def test_snapshot_float_created_at_loads() -> None:
@@ -688,7 +716,8 @@ def test_snapshot_float_created_at_loads() -> None:
      "head": "r"},
     {"entries": [], "revisions": [{"id": "r", "entryIds": ["e"], "createdAt": 1,
                                    "operation": {"type": "append", "entryIds": ["e"]}}], "head": "r"},
-    {"entries": [], "revisions": [{"id": "r", "entryIds": [], "createdAt": 1, "parent": "nowhere"}], "head": "r"},
+    {"entries": [], "revisions": [{"id": "r", "entryIds": [], "createdAt": 1, "parent": "nowhere"}],
+     "head": "r"},
     {"entries": [{"id": "e", "message": {"content": "no role"}}], "revisions": [], "head": "r"},
 ])
 def test_bad_snapshot_is_refused(bad: Any) -> None:
@@ -768,3 +797,24 @@ def test_apply_changes_needs_the_base() -> None:
     later = history.append(user("B"))
     with pytest.raises(UnknownRevision):
         MessageHistory().apply_changes(later.changes_since(history.revision_id))
+
+
+# -- known divergences (strict xfail: they fail today; fixing them turns these into errors to remove) --
+
+
+@pytest.mark.xfail(strict=True, reason="a view revision's tree pins the oids resolved when it was made; a "
+                                       "snapshot does not say which ids were unknown then, so reloading "
+                                       "resolves them and the revision id changes")
+def test_view_of_a_later_entry_keeps_its_revision_id_through_a_snapshot() -> None:
+    history = MessageHistory().with_view(["late"]).append({"id": "late", "message": user("L")})
+    loaded = MessageHistory.from_snapshot(json_round_trip(history.to_snapshot()))
+    assert loaded.revision_id == history.revision_id
+
+
+@pytest.mark.xfail(strict=True, reason="histories derived from one another share one workspace id index, "
+                                       "so an entry made on a sibling branch is visible here")
+def test_sibling_branch_entries_are_unknown_here() -> None:
+    base = with_ids(("a", "A"))
+    base.append({"id": "x", "message": user("X1")})
+    assert base.render(["x"]) == []
+    assert texts(base.append({"id": "x", "message": user("X2")})) == ["A", "X2"]

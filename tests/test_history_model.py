@@ -71,11 +71,13 @@ class HistoryMachine(RuleBasedStateMachine):
         role = data.draw(st.sampled_from(["user", "assistant"]))
         if data.draw(st.booleans()):
             return {"role": role, "content": f"m{n}"}
-        return {"role": role, "content": [{"type": "text", "text": f"m{n}"}, {"type": "text", "text": "x" * n}]}
+        blocks = [{"type": "text", "text": f"m{n}"}, {"type": "text", "text": "x" * n}]
+        return {"role": role, "content": blocks}
 
     def _entry_input(self, data: st.DataObject) -> tuple[Any, str | None, dict[str, Any]]:
         """An entry input, its explicit id (None when generated), and its model record."""
-        how = data.draw(st.sampled_from(["bare", "fresh", "again"] if self.model.known else ["bare", "fresh"]))
+        kinds = ["bare", "fresh", "again"] if self.model.known else ["bare", "fresh"]
+        how = data.draw(st.sampled_from(kinds))
         if how == "again":
             entry_id = data.draw(st.sampled_from(list(self.model.known)))
             record = self.model.known[entry_id]
@@ -140,7 +142,8 @@ class HistoryMachine(RuleBasedStateMachine):
             out.append(explicit)
         return out
 
-    def _explicit_inputs(self, data: st.DataObject, least: int) -> list[tuple[Any, str | None, dict[str, Any]]]:
+    def _explicit_inputs(self, data: st.DataObject,
+                         least: int) -> list[tuple[Any, str | None, dict[str, Any]]]:
         """Entry inputs with explicit ids, so the model knows the ids an edit makes."""
         out = []
         for _ in range(data.draw(st.integers(min_value=least, max_value=3))):
@@ -205,7 +208,8 @@ class HistoryMachine(RuleBasedStateMachine):
         sources = data.draw(st.lists(st.sampled_from([*self.model.view, *GHOSTS]), max_size=4))
         entry_id = f"sum-{next(self.counter)}"
         message = self._message(data)
-        patch: dict[str, Any] = {"op": "summary", "sourceIds": sources, "entry": {"id": entry_id, "message": message}}
+        patch: dict[str, Any] = {"op": "summary", "sourceIds": sources,
+                                 "entry": {"id": entry_id, "message": message}}
         if replace is not None:
             patch["replace"] = replace
         history = self.history.edit(patch)
@@ -297,8 +301,8 @@ class HistoryMachine(RuleBasedStateMachine):
         assert loaded.size == self.history.size
         again = loaded.to_snapshot()
         # The same graph; the order of revisions and entries may follow other tips.
-        assert sorted(again["revisions"], key=lambda r: r["id"]) == sorted(snapshot["revisions"], key=lambda r: r["id"])
-        assert sorted(again["entries"], key=lambda e: e["id"]) == sorted(snapshot["entries"], key=lambda e: e["id"])
+        for key in ("revisions", "entries"):
+            assert sorted(again[key], key=lambda r: r["id"]) == sorted(snapshot[key], key=lambda r: r["id"])
         assert again["head"] == snapshot["head"]
 
     @invariant()

@@ -81,7 +81,8 @@ def test_entries_without_oid_are_kept() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(min_value=0, max_value=1500), st.lists(st.integers(min_value=1, max_value=300), max_size=12),
+@given(st.integers(min_value=0, max_value=1500),
+       st.lists(st.integers(min_value=1, max_value=300), max_size=12),
        st.randoms(use_true_random=False))
 def test_same_list_same_root_however_it_was_built(count: int, batches: list[int], rnd: Any) -> None:
     """Building at once and appending in random batches give one root."""
@@ -154,7 +155,8 @@ def test_append_writes_log_n_nodes() -> None:
     assert max(written) <= levels + 1
     assert sum(written) / len(written) <= levels
     # Bytes follow the spine, not the list: far below one leaf per 100 items.
-    assert sum(written_bytes) / len(written_bytes) < 4 * seq.LEAF_TARGET * 60 + levels * 4 * seq.INNER_TARGET * 60
+    spine_bytes = 4 * seq.LEAF_TARGET * 60 + levels * 4 * seq.INNER_TARGET * 60
+    assert sum(written_bytes) / len(written_bytes) < spine_bytes
     assert listed(root, nodes) == items(10_050)
 
 
@@ -178,9 +180,9 @@ def test_local_edit_in_the_middle_writes_few_nodes() -> None:
     root = seq.build(values, nodes.put)
     levels = depth(root, nodes)
     for at in (10, 5000, 9990):
-        for edited in (values[:at] + [item(99_999)] + values[at + 1:],   # replace
+        for edited in ([*values[:at], item(99999), *values[at + 1:]],   # replace
                        values[:at] + values[at + 1:],                     # remove
-                       values[:at] + [item(88_888), item(77_777)] + values[at:]):  # insert
+                       [*values[:at], item(88888), item(77777), *values[at:]]):  # insert
             nodes.reset()
             new_root = seq.build(edited, nodes.put)
             # A changed leaf can merge with its neighbour or split: a few nodes per level.
@@ -199,7 +201,7 @@ def test_diff_returns_only_differing_leaves() -> None:
     nodes = Nodes()
     values = items(10_000)
     a = seq.build(values, nodes.put)
-    changed = values[:4000] + [item(55_555)] + values[4001:]
+    changed = [*values[:4000], item(55555), *values[4001:]]
     b = seq.build(changed, nodes.put)
     reads: list[ObjectId] = []
 
@@ -254,3 +256,73 @@ def test_diff_of_several_roots() -> None:
     result = seq.diff([r3], [r1, r2], nodes.get)
     ids = {i for leaf in result.a_leaves for i, _ in leaf.items}
     assert "e650" in ids and "e100" not in ids
+
+
+# -- splice ------------------------------------------------------------------------------------------
+
+
+def spliced(values: list[list[Any]], start: int, stop: int, new: list[list[Any]]) -> list[list[Any]]:
+    return [*values[:start], *new, *values[stop:]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.integers(min_value=0, max_value=3000), st.booleans())
+def test_splice_gives_the_tree_build_gives(data: st.DataObject, count: int, repeat: bool) -> None:
+    """Any replacement of any range, on any size of tree, gives the root of the edited list."""
+    base = 10**6 if repeat else 0
+    values = [item(base + (n % 7 if repeat else n)) for n in range(count)]
+    nodes = Nodes()
+    root = seq.build(values, nodes.put)
+    start = data.draw(st.integers(min_value=0, max_value=count))
+    stop = data.draw(st.one_of(st.integers(min_value=start, max_value=min(count, start + 5)),
+                               st.integers(min_value=start, max_value=count)))
+    new = [item(n) for n in data.draw(st.lists(st.integers(min_value=50_000, max_value=60_000), max_size=300))]
+    expected = spliced(values, start, stop, new)
+    result = seq.splice(root, start, stop, new, nodes.get, nodes.put)
+    assert result == seq.build(expected, Nodes().put)
+    assert listed(result, nodes) == expected
+
+
+def test_splice_edge_cases() -> None:
+    for count in (0, 1, 31, 32, 33, 500, 5000):
+        values = items(count)
+        nodes = Nodes()
+        root = seq.build(values, nodes.put)
+        cases = [(0, 0, []), (0, count, []), (0, count, items(3, 10**6)), (count, count, items(2, 10**6)),
+                 (0, 0, items(1, 10**6)), (count // 2, count // 2, items(700, 10**6)),
+                 (0, count // 2, []), (count // 2, count, []), (max(count - 1, 0), count, [])]
+        for start, stop, new in cases:
+            expected = spliced(values, start, stop, new)
+            result = seq.splice(root, start, stop, new, nodes.get, nodes.put)
+            assert result == seq.build(expected, Nodes().put), (count, start, stop, len(new))
+
+
+def test_splice_refuses_a_range_outside_the_list() -> None:
+    nodes = Nodes()
+    root = seq.build(items(10), nodes.put)
+    for start, stop in ((-1, 2), (3, 2), (0, 11), (11, 11)):
+        try:
+            seq.splice(root, start, stop, [], nodes.get, nodes.put)
+        except ValueError:
+            continue
+        raise AssertionError(f"splice({start}, {stop}) on 10 items was accepted")
+
+
+def test_splice_in_the_middle_writes_and_reads_few_nodes() -> None:
+    nodes = Nodes()
+    values = items(10_000)
+    root = seq.build(values, nodes.put)
+    levels = depth(root, nodes)
+    for start, stop, new in ((5000, 5001, [item(99_999)]), (5000, 5001, []), (5000, 5000, items(2, 88_000)),
+                             (10, 40, items(5, 77_000)), (9990, 10_000, [])):
+        reads: list[ObjectId] = []
+
+        def get(oid: ObjectId) -> SeqNode:
+            reads.append(oid)
+            return nodes.get(oid)
+
+        nodes.reset()
+        result = seq.splice(root, start, stop, new, get, nodes.put)
+        assert result == seq.build(spliced(values, start, stop, new), Nodes().put)
+        assert nodes.new <= 3 * levels
+        assert len(reads) <= 4 * levels

@@ -220,10 +220,12 @@ conversation | {fig['append_large'] * 1e3:.2f} ms | {fig['append_small'] * 1e3:.
 | the same, durable (the default; median of {APPENDS // 3}) | {fig['append_large_durable'] * 1e3:.2f} ms | \
 {fig['append_small_durable'] * 1e3:.2f} ms | {durable_ratio:.2f}x | ≤ 1.5x |
 
-The non-durable append ratio is CPU and page work that grows with depth: the 100,000-message tree has
-four levels against two, so the append reads and rewrites two more nodes (the history layer), and the
-commit's LMDB transaction copies more B-tree pages (the objects and times databases are three levels
-deep instead of one). Durable commits are dominated by the fsync, which does not grow with size.
+Both append ratios miss the goal. The cost grows with depth, not with size: the 100,000-message tree
+has four levels against two, so the append reads and rewrites two more sequence nodes (encode, hash,
+compress: the history layer's work), and the commit's LMDB transaction copies and, when durable,
+flushes more B-tree pages (the objects and times databases are deeper). The repository's own share of
+a commit (one write transaction, ref resolution, the fast-forward walk over known parents) is the
+same at both sizes.
 
 A 10,000-message conversation committed one message at a time, with 50 forks of 20 messages each
 (each fork message its own commit), against the same messages written as one JSONL file per branch

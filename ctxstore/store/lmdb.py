@@ -26,7 +26,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 import lmdb
@@ -213,6 +213,30 @@ class _Env:
             except lmdb.Error as exc:
                 raise _store_error(exc, self.path, f"growing the map to {new} bytes") from None
 
+    def _attempt(self, ltxn: lmdb.Transaction, body: Callable[[lmdb.Transaction], object]) -> bool:
+        """Run `body` in a begun write transaction and commit; False if the map filled.
+
+        Either way the transaction is over and its hold on the shared lock released, exactly once.
+        """
+        try:
+            body(ltxn)
+            ltxn.commit()
+            return True
+        except lmdb.MapFullError:
+            with suppress(lmdb.Error):
+                ltxn.abort()
+            return False
+        except lmdb.Error as exc:
+            with suppress(lmdb.Error):
+                ltxn.abort()
+            raise _store_error(exc, self.path, "committing a transaction") from None
+        except BaseException:
+            with suppress(lmdb.Error):
+                ltxn.abort()
+            raise
+        finally:
+            self.lock.release()
+
     def write(self, txn_obj: Transaction, first: lmdb.Transaction, *, now: int, sync: bool) -> None:
         """Apply a transaction's writes and commit, growing the map and retrying if it fills."""
         w = txn_obj._writes
@@ -220,19 +244,8 @@ class _Env:
         ltxn = first
         while True:
             seen = self.env.info()["map_size"]
-            try:
-                if w:
-                    self.apply(ltxn, w, now)
-                self.end(ltxn, commit=True)
+            if self._attempt(ltxn, lambda t: self.apply(t, w, now) if w else None):
                 break
-            except lmdb.MapFullError:
-                self.end(ltxn, commit=False)
-            except lmdb.Error as exc:
-                self.end(ltxn, commit=False)
-                raise _store_error(exc, self.path, "committing a transaction") from None
-            except BaseException:
-                self.end(ltxn, commit=False)
-                raise
             self.grow(seen, w.size_hint())
             ltxn = self.begin(write=True)
             # Another writer may have run while the writer slot was free: apply only if what this
@@ -246,25 +259,17 @@ class _Env:
 
     def raw_write(self, fn: Callable[[lmdb.Transaction], int], *, need: int, sync: bool) -> int:
         """Run `fn` in a write transaction of its own and commit, growing the map and re-running it."""
+        result: list[int] = []
         while True:
             ltxn = self.begin(write=True)
             seen = self.env.info()["map_size"]
-            try:
-                result = fn(ltxn)
-                self.end(ltxn, commit=True)
+            result.clear()
+            if self._attempt(ltxn, lambda t: result.append(fn(t))):
                 break
-            except lmdb.MapFullError:
-                self.end(ltxn, commit=False)
-            except lmdb.Error as exc:
-                self.end(ltxn, commit=False)
-                raise _store_error(exc, self.path, "committing a transaction") from None
-            except BaseException:
-                self.end(ltxn, commit=False)
-                raise
             self.grow(seen, need)
         if sync and not self.durable:
             self.sync()
-        return result
+        return result[0]
 
     def apply(self, txn: lmdb.Transaction, w: WriteSet, now_ms: int) -> None:
         dbs = self.dbs

@@ -1,0 +1,136 @@
+"""The four object types: encoding, ids, shape checks and the references they hold."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxstore.codec import encode, object_id
+from ctxstore.errors import EncodingError, InvalidObject
+from ctxstore.objects import Blob, Entry, Revision, SeqNode, encode_object, parse_object, references
+
+OID = object_id(b"x")
+OID2 = object_id(b"y")
+
+
+def test_entry_round_trip_and_id() -> None:
+    entry = Entry("e1", "turn", {"role": "user", "content": "hi"}, {"k": [1, 2.5]}, None)
+    oid, data = encode_object(entry)
+    assert oid == object_id(data)
+    assert parse_object(data) == entry
+    assert parse_object(data, trusted=True) == entry
+    assert encode_object(parse_object(data)) == (oid, data)
+
+
+def test_entry_fields_are_omitted_when_absent() -> None:
+    value = Entry("e1", "turn", {"role": "user"}).to_value()
+    assert set(value) == {"type", "id", "kind", "message"}
+
+
+def test_revision_round_trip() -> None:
+    op = {"type": "append", "entryIds": ["a"], "entries": [OID]}
+    rev = Revision(OID2, 1717000000000, op, OID, 1)
+    _oid, data = encode_object(rev)
+    assert parse_object(data) == rev
+    assert references(rev) == [OID, OID2, OID]
+    root = Revision(None, 0, None, OID, 0)
+    assert "parent" not in root.to_value() and "operation" not in root.to_value()
+    assert references(root) == [OID]
+
+
+def test_seq_node_and_blob_round_trip() -> None:
+    leaf = SeqNode(0, [["a", OID], ["b", None]])
+    inner = SeqNode(1, [[OID, 2], [OID2, 5]])
+    blob = Blob({"type": "text", "text": "x" * 5000})
+    for obj in (leaf, inner, blob, Blob("text")):
+        _, data = encode_object(obj)
+        assert parse_object(data) == obj
+    assert references(leaf) == [OID]
+    assert references(inner) == [OID, OID2]
+    assert inner.count == 7 and leaf.count == 2
+    assert references(blob) == []
+
+
+def test_entry_references_its_blobs() -> None:
+    entry = Entry("e", "turn", {"role": "user", "content": [OID, {"type": "text", "text": "t"}, OID2]})
+    assert references(entry) == [OID, OID2]
+    assert references(Entry("e", "turn", {"role": "user", "content": OID})) == [OID]
+
+
+def test_edit_revision_references_patch_entries() -> None:
+    op = {"type": "edit", "patches": [
+        {"op": "replace", "id": "a", "entries": [OID]},
+        {"op": "summary", "sourceIds": ["a"], "entry": OID2, "replace": True},
+        {"op": "remove", "id": "b"},
+        {"op": "move", "ids": ["c"], "before": "d"},
+    ]}
+    rev = Revision(None, 1, op, OID, 0)
+    rev.check()
+    assert references(rev) == [OID, OID, OID2]
+
+
+BAD_VALUES: list[dict[str, Any]] = [
+    {"type": "nope"},
+    {"type": "entry", "id": "e", "kind": "turn"},
+    {"type": "entry", "id": "", "kind": "turn", "message": {"role": "user"}},
+    {"type": "entry", "id": "e", "kind": "other", "message": {"role": "user"}},
+    {"type": "entry", "id": "e", "kind": "turn", "message": {"content": "no role"}},
+    {"type": "entry", "id": "e", "kind": "turn", "message": {"role": "user", "content": b"short"}},
+    {"type": "entry", "id": "e", "kind": "turn", "message": {"role": "user", "content": [b"short"]}},
+    {"type": "entry", "id": "e", "kind": "turn", "message": {"role": "user"}, "meta": [1]},
+    {"type": "entry", "id": "e", "kind": "turn", "message": {"role": "user"}, "sources": [1]},
+    {"type": "entry", "id": "e", "kind": "turn", "message": {"role": "user"}, "extra": 1},
+    {"type": "revision", "createdAt": -1, "seq": OID, "size": 0},
+    {"type": "revision", "createdAt": 1.5, "seq": OID, "size": 0},
+    {"type": "revision", "createdAt": 1, "seq": b"x", "size": 0},
+    {"type": "revision", "createdAt": 1, "seq": OID, "size": -1},
+    {"type": "revision", "createdAt": 1, "seq": OID, "size": 0, "parent": "hex"},
+    {"type": "revision", "createdAt": 1, "seq": OID, "size": 0, "operation": {"type": "merge"}},
+    {"type": "revision", "createdAt": 1, "seq": OID, "size": 0,
+     "operation": {"type": "append", "entryIds": ["a"], "entries": []}},
+    {"type": "revision", "createdAt": 1, "seq": OID, "size": 0,
+     "operation": {"type": "edit", "patches": [{"op": "explode"}]}},
+    {"type": "revision", "createdAt": 1, "seq": OID, "size": 0,
+     "operation": {"type": "edit", "patches": [{"op": "summary", "sourceIds": ["a"], "entry": "inline"}]}},
+    {"type": "revision", "createdAt": 1, "seq": OID, "size": 0,
+     "operation": {"type": "edit", "patches": [{"op": "replace", "id": "a", "entries": [{"id": "x"}]}]}},
+    {"type": "seq", "level": 0, "items": [["a"]]},
+    {"type": "seq", "level": 0, "items": [[1, OID]]},
+    {"type": "seq", "level": 1, "items": []},
+    {"type": "seq", "level": 1, "items": [[OID, 0]]},
+    {"type": "seq", "level": 64, "items": []},
+    {"type": "blob", "data": 5},
+    {"type": "blob"},
+]
+
+
+@pytest.mark.parametrize("value", BAD_VALUES)
+def test_malformed_objects_are_refused(value: dict[str, Any]) -> None:
+    with pytest.raises(InvalidObject) as caught:
+        parse_object(encode(value))
+    assert "invalid" in str(caught.value)
+
+
+def test_non_canonical_object_bytes_are_refused() -> None:
+    _, data = encode_object(Blob("text"))
+    with pytest.raises(EncodingError):
+        parse_object(data + b"\x00")
+    with pytest.raises(InvalidObject):
+        parse_object(encode([1, 2]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(min_size=1, max_size=20), st.sampled_from(["turn", "summary"]),
+       st.dictionaries(st.text(max_size=5), st.integers(-5, 5) | st.text(max_size=5), max_size=3),
+       st.none() | st.lists(st.text(max_size=5), max_size=3))
+def test_entry_id_is_the_same_however_it_is_built(entry_id: str, kind: str, meta: dict[str, Any],
+                                                  sources: list[str] | None) -> None:
+    message = {"role": "user", "content": "x", **{f"k{k}": v for k, v in meta.items()}}
+    one = Entry(entry_id, kind, message, meta, sources)
+    two = Entry(entry_id, kind, dict(reversed(list(message.items()))), dict(reversed(list(meta.items()))),
+                list(sources) if sources is not None else None)
+    assert encode_object(one) == encode_object(two)
+    assert parse_object(encode_object(one)[1]) == one
