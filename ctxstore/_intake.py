@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ._workspace import new_entry_id
 from .codec import ObjectId, encode
 from .errors import EncodingError, InvalidInput
 from .objects import BLOB_THRESHOLD, ENTRY_KINDS, PATCH_OPS, Blob, Entry, encode_object
-from ._workspace import new_entry_id
 
 __all__ = ["check_patch", "expand_message", "intake_copy", "intake_entry", "plain_copy", "stored_patch"]
 

@@ -4,8 +4,9 @@ The list is cut into leaves after every item whose boundary hash falls under 1/`
 hash space (or when a chunk reaches 4 x that many items); the leaves are cut the same way, by their own
 object ids and with 1/`INNER_TARGET`, into level-1 nodes, and so on up until one node is left: the root.
 Inner items are smaller than leaf items, and a smaller fan-out there makes the spine an append rewrites
-cheaper. The cut points depend only on content, so the same list always gives the same root, an append rewrites only the right-hand spine,
-a local edit rewrites O(log n) nodes around it, and two trees are diffed by skipping equal subtrees.
+cheaper. The cut points depend only on content, so the same list always gives the same root, an append
+rewrites only the right-hand spine, a local edit rewrites O(log n) nodes around it, and two trees are
+diffed by skipping equal subtrees.
 """
 
 from __future__ import annotations
@@ -146,7 +147,15 @@ def splice(root: ObjectId, start: int, stop: int, items: Iterable[Item], get: Ge
         if alone or level == height:
             if not refs:
                 return put(SeqNode(0, []))
-            return ObjectId(refs[0][0]) if len(refs) == 1 else _close(refs, level, put)
+            if len(refs) > 1:
+                return _close(refs, level, put)
+            # Removals can leave a root with one child, which `build` would not make: step down to it.
+            root = ObjectId(refs[0][0])
+            node = get(root)
+            while node.level > 0 and len(node.items) == 1:
+                root = ObjectId(node.items[0][0])
+                node = get(root)
+            return root
         change, removed = refs, replaced
     raise AssertionError("unreachable: the root level always ends the splice")
 
@@ -212,8 +221,7 @@ def iter_items(root: ObjectId, get: GetNode) -> Iterator[tuple[str, ObjectId | N
     """Every (entry id, entry oid or None) pair of a tree, in order."""
     node = get(root)
     if node.level == 0:
-        for entry_id, oid in node.items:
-            yield entry_id, oid
+        yield from ((entry_id, oid) for entry_id, oid in node.items)
         return
     for child, _ in node.items:
         yield from iter_items(ObjectId(child), get)

@@ -53,7 +53,7 @@ def _layer(module: str) -> str:
 
 def _imports(module: str, path: Path) -> list[str]:
     tree = ast.parse(path.read_text())
-    package_parts = module.split(".")[:-1] if not module.endswith("__init__") else module.split(".")[:-1]
+    package_parts = module.split(".")[:-1]
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

@@ -317,7 +317,7 @@ def test_splice_in_the_middle_writes_and_reads_few_nodes() -> None:
                              (10, 40, items(5, 77_000)), (9990, 10_000, [])):
         reads: list[ObjectId] = []
 
-        def get(oid: ObjectId) -> SeqNode:
+        def get(oid: ObjectId, reads: list[ObjectId] = reads) -> SeqNode:
             reads.append(oid)
             return nodes.get(oid)
 
@@ -326,3 +326,38 @@ def test_splice_in_the_middle_writes_and_reads_few_nodes() -> None:
         assert result == seq.build(spliced(values, start, stop, new), Nodes().put)
         assert nodes.new <= 3 * levels
         assert len(reads) <= 4 * levels
+
+
+def test_splice_that_leaves_one_leaf_gives_a_leaf_root() -> None:
+    """Removing all but the last leaf's items leaves that leaf as the root, as `build` does."""
+    nodes = Nodes()
+    values = items(2000)
+    root = seq.build(values, nodes.put)
+    for keep in (1, 2, 40):
+        result = seq.splice(root, 0, 2000 - keep, [], nodes.get, nodes.put)
+        assert result == seq.build(values[-keep:], Nodes().put)
+        result = seq.splice(root, keep, 2000, [], nodes.get, nodes.put)
+        assert result == seq.build(values[:keep], Nodes().put)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_splice_on_deep_trees(data: st.DataObject) -> None:
+    """With tiny chunks (trees of many levels), chained splices still give `build`'s tree."""
+    saved = seq._LIMITS, seq._INNER_LIMITS
+    seq._LIMITS, seq._INNER_LIMITS = {0: (2**32 // 3, 6)}, (2**32 // 2, 3)
+    try:
+        count = data.draw(st.integers(min_value=0, max_value=400))
+        values = items(count)
+        nodes = Nodes()
+        root = seq.build(values, nodes.put)
+        for _ in range(3):
+            start = data.draw(st.integers(min_value=0, max_value=len(values)))
+            stop = data.draw(st.integers(min_value=start, max_value=len(values)))
+            new = [item(n) for n in data.draw(st.lists(st.integers(min_value=10**5, max_value=10**6),
+                                                       max_size=30))]
+            values = spliced(values, start, stop, new)
+            root = seq.splice(root, start, stop, new, nodes.get, nodes.put)
+            assert root == seq.build(values, Nodes().put)
+    finally:
+        seq._LIMITS, seq._INNER_LIMITS = saved

@@ -255,7 +255,8 @@ def test_stale_reader_slots_of_dead_processes_are_cleared_on_open(tmp_path: Path
         assert dying.exitcode == -signal.SIGKILL
 
         def reader_pids() -> list[str]:
-            return [line.split()[0] for line in store._handle().env.readers().splitlines()[1:] if line.strip()]
+            table = store._handle().env.readers().splitlines()[1:]
+            return [line.split()[0] for line in table if line.strip()]
 
         assert str(dying.pid) in reader_pids()
         opener = ctx.Process(target=_open_and_close, args=(path,))

@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchdoc import message, write_section  # noqa: E402
+from benchdoc import message, write_section
 
-from ctxstore import MessageHistory  # noqa: E402
+from ctxstore import MessageHistory
 
 APPENDS = 400
 BATCH = 5_000

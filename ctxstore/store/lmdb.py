@@ -683,6 +683,9 @@ class LmdbStore:
         otherwise it is stored under a new id, which is returned. Values already stored keep their
         encoding and keep decoding.
         """
+        if self._opts.readonly:
+            raise StoreError(f"the store at {self.path} was opened read-only; open it without "
+                             "readonly=True to train a dictionary")
         picked: list[bytes] = []
         with self._reading() as (env, ltxn):
             for key, value in ltxn.cursor(db=env.dbs[b"objects"]):
