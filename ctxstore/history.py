@@ -256,10 +256,11 @@ class MessageHistory:
         return self._apply_edit(resolved)
 
     def _apply_edit(self, patches: list[dict[str, Any]], created_at: int | None = None) -> MessageHistory:
-        items = self._items()
+        before = self._items()
+        items = before
         for patch in patches:
             items = _apply_patch(items, patch, self._ws)
-        root = seq.build([[i, o] for i, o in items], self._ws.put_node)
+        root = _respliced(self._revision().seq, before, items, self._ws)
         return self._new_revision({"type": "edit", "patches": patches}, root, len(items), created_at)
 
     def fork(self) -> MessageHistory:
@@ -395,6 +396,26 @@ _EMPTY_LEAF = SeqNode(0, [])
 
 def _encoded(entry: Entry) -> tuple[ObjectId, bytes]:
     return encode_object(entry)
+
+
+def _respliced(root: ObjectId, before: list[Item], after: list[Item], ws: Workspace) -> ObjectId:
+    """The tree of `after`, made from `before`'s tree by rewriting only the span where they differ.
+
+    An edit usually touches a few entries, so this writes the nodes around that span (O(log n)) where a
+    rebuild would hash every node of the view again.
+    """
+    def same(a: Item, b: Item) -> bool:
+        return a[0] == b[0] and a[1] == b[1]
+
+    limit = min(len(before), len(after))
+    start = 0
+    while start < limit and same(before[start], after[start]):
+        start += 1
+    end = 0
+    while end < limit - start and same(before[-1 - end], after[-1 - end]):
+        end += 1
+    changed = [[i, o] for i, o in after[start: len(after) - end]]
+    return seq.splice(root, start, len(before) - end, changed, ws.node, ws.put_node)
 
 
 def _listed(value: Any, what: str) -> list[Any]:

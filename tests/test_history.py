@@ -292,6 +292,24 @@ def test_explicit_id_append_reads_only_recent_revisions() -> None:
     assert ids(history)[-1] == "new"
 
 
+def test_edit_in_a_long_history_writes_few_tree_nodes() -> None:
+    """An edit re-cuts only the tree around the change, and gives the tree a rebuild would."""
+    from ctxstore import seq
+    from ctxstore.objects import SeqNode
+
+    history = MessageHistory().extend([{"id": f"e{n}", "message": user(str(n))} for n in range(10_000)])
+    ws = history.workspace
+    before = {oid for oid, _ in ws.pending()}
+    edited = history.edit([{"op": "replace", "id": "e5000", "entries": [user("new")]},
+                           {"op": "remove", "id": "e7000"}])
+    new_nodes = [oid for oid, _ in ws.pending() if oid not in before and isinstance(ws.get(oid), SeqNode)]
+    assert 0 < len(new_nodes) <= 16
+    root = ws.revision(bytes.fromhex(edited.revision_id)).seq  # type: ignore[arg-type]
+    rebuilt = seq.build([[e.id, ws.index[e.id]] for e in edited.refs()], ws.put_node)
+    assert root == rebuilt
+    assert edited.size == 9_999
+
+
 def test_generated_ids_are_distinct() -> None:
     history = MessageHistory().extend([user(str(n)) for n in range(200)])
     assert len(set(ids(history))) == 200
