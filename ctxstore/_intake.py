@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._workspace import new_entry_id
 from .codec import ObjectId, encode
 from .errors import EncodingError, InvalidInput
-from .objects import BLOB_THRESHOLD, ENTRY_KINDS, PATCH_OPS, Blob, Entry, encode_object
+from .objects import BLOB_THRESHOLD, ENTRY_KINDS, PATCH_OPS, Blob, Entry, Object, encode_object
 
-__all__ = ["check_patch", "expand_message", "intake_copy", "intake_entry", "plain_copy", "stored_patch"]
+__all__ = [
+    "Encoded",
+    "Intake",
+    "check_patch",
+    "expand_message",
+    "intake_copy",
+    "intake_entry",
+    "plain_copy",
+    "stored_patch",
+]
 
 
 def plain_copy(value: Any) -> Any:
@@ -48,7 +57,14 @@ def intake_copy(value: Any, path: str = "") -> Any:
     raise InvalidInput(f"cannot store a {t.__name__} at {path or '/'} in a message; use JSON-like data")
 
 
-def _blob_out(value: Any, blobs: list[Blob]) -> Any:
+Encoded = tuple[ObjectId, bytes, Object]
+"""An object with its id and canonical bytes, ready for `Workspace.put_encoded`."""
+
+
+def _blob_out(value: Any, blobs: list[Encoded]) -> Any:
+    # Text of fewer than 4,092 UTF-8 bytes (at most 4 per character) encodes under the threshold.
+    if isinstance(value, str) and 4 * len(value) + 5 < BLOB_THRESHOLD:
+        return value
     if isinstance(value, str | dict):
         try:
             size = len(encode(value))
@@ -56,14 +72,23 @@ def _blob_out(value: Any, blobs: list[Blob]) -> Any:
             raise InvalidInput(f"message cannot be stored: {exc}") from None
         if size >= BLOB_THRESHOLD:
             blob = Blob(value)
-            blobs.append(blob)
-            return encode_object(blob)[0]
+            oid, data = encode_object(blob)
+            blobs.append((oid, data, blob))
+            return oid
     return value
 
 
-def intake_entry(value: Any, *, kind: str | None = None,
-                 sources: list[str] | None = None) -> tuple[Entry, list[Blob], bool]:
-    """An entry input as a stored entry, its blobs, and whether its id was given explicitly."""
+class Intake(NamedTuple):
+    """An entry input in stored form: the entry encoded, its blobs, and whether its id was given."""
+
+    entry: Entry
+    encoded: Encoded
+    blobs: list[Encoded]
+    explicit: bool
+
+
+def intake_entry(value: Any, *, kind: str | None = None, sources: list[str] | None = None) -> Intake:
+    """An entry input as a stored, encoded entry (deep-copied and checked), with its blobs."""
     value = intake_copy(value)
     if not isinstance(value, dict):
         raise InvalidInput(f"an entry is a message dict or {{'message': ...}}, not {type(value).__name__}")
@@ -90,7 +115,7 @@ def intake_entry(value: Any, *, kind: str | None = None,
         raise InvalidInput("entry meta must be a dict")
     if sources is not None and (not isinstance(sources, list) or not all(isinstance(s, str) for s in sources)):
         raise InvalidInput("entry sources must be a list of entry ids")
-    blobs: list[Blob] = []
+    blobs: list[Encoded] = []
     content = message.get("content")
     if isinstance(content, str):
         message["content"] = _blob_out(content, blobs)
@@ -98,10 +123,10 @@ def intake_entry(value: Any, *, kind: str | None = None,
         message["content"] = [_blob_out(block, blobs) for block in content]
     entry = Entry(entry_id if explicit else new_entry_id(), kind, message, meta, sources)
     try:
-        encode(entry.to_value())
+        oid, data = encode_object(entry)
     except EncodingError as exc:
         raise InvalidInput(f"entry cannot be stored: {exc}") from None
-    return entry, blobs, explicit
+    return Intake(entry, (oid, data, entry), blobs, explicit)
 
 
 def expand_message(message: dict[str, Any], blob: Callable[[ObjectId], Any]) -> dict[str, Any]:

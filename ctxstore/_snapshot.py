@@ -41,7 +41,6 @@ class _Views:
     def __init__(self, history: MessageHistory) -> None:
         self._ws = history.workspace
         self._ids: dict[ObjectId, list[str]] = {}
-        self._oids: dict[ObjectId, list[ObjectId | None]] = {}
 
     def ids(self, root: ObjectId) -> list[str]:
         found = self._ids.get(root)
@@ -49,17 +48,12 @@ class _Views:
             node = self._ws.node(root)
             if node.level == 0:
                 found = [i for i, _ in node.items]
-                self._oids[root] = [o for _, o in node.items]
             else:
                 found = []
                 for child, _ in node.items:
                     found.extend(self.ids(ObjectId(child)))
             self._ids[root] = found
         return found
-
-    def leaf_oids(self, root: ObjectId) -> list[ObjectId | None]:
-        """Entry oids of a leaf node (after `ids` has seen it)."""
-        return self._oids.get(root, [])
 
     def entries(self, root: ObjectId, out: dict[ObjectId, None], seen: set[ObjectId]) -> None:
         """Add every entry oid under `root` to `out`, visiting each node once."""
@@ -98,7 +92,7 @@ def _revision_dicts(history: MessageHistory, oids: list[ObjectId],
     return out
 
 
-def snapshot_of(history: MessageHistory, revisions: list[ObjectId], _: set[ObjectId]) -> dict[str, Any]:
+def snapshot_of(history: MessageHistory, revisions: list[ObjectId]) -> dict[str, Any]:
     """`{entries, revisions, head}` of the given revisions (parents first) and the entries they use."""
     entries: dict[ObjectId, None] = {}
     records = _revision_dicts(history, revisions, entries)
@@ -215,8 +209,8 @@ def _tree_for(history: MessageHistory, parent: ObjectId | None, ids: list[str], 
         before = views.ids(base)
         if len(ids) >= len(before) and ids[: len(before)] == before:
             added = [[i, history._lookup(i)] for i in ids[len(before):]]
-            return seq.append(base, added, ws.node, ws.put_node)
-    return seq.build([[i, history._lookup(i)] for i in ids], ws.put_node)
+            return seq.append(base, added, ws.node, ws.put)
+    return seq.build([[i, history._lookup(i)] for i in ids], ws.put)
 
 
 def load_into(history: MessageHistory, data: Mapping[str, Any], *, fresh: bool) -> MessageHistory:

@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterable
 from typing import Any
 
-from .codec import ObjectId, to_hex
+from .codec import ObjectId, now_ms, to_hex
 from .errors import InvalidObject, MissingObject
 from .objects import Entry, Object, Revision, SeqNode, encode_object, parse_object
 from .store.base import ObjectSource
 
-__all__ = ["Workspace", "new_entry_id", "now_ms"]
+__all__ = ["Workspace", "new_entry_id"]
 
 _CACHE_LIMIT = 200_000
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
-
-
-def now_ms() -> int:
-    """Milliseconds since the epoch, as revisions record them."""
-    return time.time_ns() // 1_000_000
 
 
 def new_entry_id() -> str:
@@ -82,6 +76,10 @@ class Workspace:
 
     def put(self, obj: Object) -> ObjectId:
         oid, data = encode_object(obj)
+        return self.put_encoded(oid, data, obj)
+
+    def put_encoded(self, oid: ObjectId, data: bytes, obj: Object) -> ObjectId:
+        """Add an object whose id and canonical bytes the caller has already computed."""
         if oid not in self._decoded:
             self._pending.setdefault(oid, data)
             self._remember(oid, obj)
@@ -130,9 +128,6 @@ class Workspace:
                     self.index.setdefault(entry_id, entry_oid)
             self.indexed.add(oid)
         return obj
-
-    def put_node(self, node: SeqNode) -> ObjectId:
-        return self.put(node)
 
     def value(self, oid: ObjectId) -> Any:
         """A blob's data."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any, NewType
 
@@ -30,7 +31,10 @@ __all__ = [
     "decompress",
     "encode",
     "from_hex",
+    "hex_or_none",
+    "now_ms",
     "object_id",
+    "short_hex",
     "to_hex",
 ]
 
@@ -55,6 +59,21 @@ def object_id(data: bytes) -> ObjectId:
 def to_hex(oid: bytes) -> str:
     """The public, hex spelling of an object id."""
     return oid.hex()
+
+
+def hex_or_none(oid: bytes | None) -> str | None:
+    """`to_hex`, passing None through (an unborn or deleted ref)."""
+    return None if oid is None else oid.hex()
+
+
+def short_hex(oid: bytes | None) -> str:
+    """The 12-digit prefix people see in messages, or "nothing" for no object."""
+    return "nothing" if oid is None else oid.hex()[:12]
+
+
+def now_ms() -> int:
+    """Milliseconds since the epoch: the clock of revisions, reflogs and object write times."""
+    return time.time_ns() // 1_000_000
 
 
 def from_hex(text: str) -> ObjectId:

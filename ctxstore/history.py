@@ -13,11 +13,11 @@ from typing import Any
 
 from . import seq
 from ._intake import check_patch, expand_message, intake_entry, plain_copy, stored_patch
-from ._workspace import Workspace, now_ms
+from ._workspace import Workspace
 from .budget import estimate_tokens
-from .codec import ObjectId, from_hex, to_hex
+from .codec import ObjectId, from_hex, now_ms, to_hex
 from .errors import DuplicateEntryId, InvalidInput, InvalidObject, MissingObject, UnknownRevision
-from .objects import Entry, Revision, SeqNode, encode_object
+from .objects import Revision, SeqNode
 from .store.base import ObjectSource
 
 __all__ = ["MessageHistory", "MessageHistoryEntry"]
@@ -57,7 +57,7 @@ class MessageHistory:
     def __init__(self, *, source: ObjectSource | None = None, head: str | None = None) -> None:
         self._ws = Workspace(source)
         if head is None:
-            root = self._ws.put(Revision(None, now_ms(), None, self._ws.put_node(_EMPTY_LEAF), 0))
+            root = self._ws.put(Revision(None, now_ms(), None, self._ws.put(_EMPTY_LEAF), 0))
             self._head = root
         else:
             self._head = from_hex(head)
@@ -211,8 +211,8 @@ class MessageHistory:
         made: list[tuple[str, ObjectId]] = []
         seen: dict[str, ObjectId] = {}
         for value in inputs:
-            entry, blobs, explicit = intake_entry(value, **force)
-            oid, _ = _encoded(entry)
+            entry, encoded, blobs, explicit = intake_entry(value, **force)
+            oid = encoded[0]
             if explicit:
                 known = seen.get(entry.id) or self._lookup(entry.id)
                 if known is not None and known != oid:
@@ -222,8 +222,8 @@ class MessageHistory:
             seen[entry.id] = oid
             made.append((entry.id, oid))
             for blob in blobs:
-                self._ws.put(blob)
-            self._ws.put(entry)
+                self._ws.put_encoded(*blob)
+            self._ws.put_encoded(*encoded)
         for entry_id, oid in made:
             self._ws.index.setdefault(entry_id, oid)
         return made
@@ -243,7 +243,7 @@ class MessageHistory:
 
     def _append_made(self, made: list[tuple[str, ObjectId]], created_at: int | None = None) -> MessageHistory:
         rev = self._revision()
-        root = seq.append(rev.seq, [[i, o] for i, o in made], self._ws.node, self._ws.put_node)
+        root = seq.append(rev.seq, [[i, o] for i, o in made], self._ws.node, self._ws.put)
         op = {"type": "append", "entryIds": [i for i, _ in made], "entries": [o for _, o in made]}
         return self._new_revision(op, root, rev.size + len(made), created_at)
 
@@ -278,7 +278,7 @@ class MessageHistory:
                 raise UnknownRevision(f"revision {view!r} is not in this history") from None
             return self._derive(self._ws, oid, self._tips | {oid})
         ids = _ids(view, "view")
-        root = seq.build([[i, self._lookup(i)] for i in ids], self._ws.put_node)
+        root = seq.build([[i, self._lookup(i)] for i in ids], self._ws.put)
         return self._new_revision({"type": "view", "entryIds": ids}, root, len(ids))
 
     # -- lineage -------------------------------------------------------------------------------
@@ -330,7 +330,7 @@ class MessageHistory:
         if op["type"] == "fork":
             return self._new_revision({"type": "fork"}, self._revision().seq, self.size, rev.created_at)
         ids = op["entryIds"]
-        root = seq.build([[i, self._lookup(i)] for i in ids], self._ws.put_node)
+        root = seq.build([[i, self._lookup(i)] for i in ids], self._ws.put)
         return self._new_revision({"type": "view", "entryIds": ids}, root, len(ids), rev.created_at)
 
     def _copy_entry(self, source: Workspace, oid: ObjectId) -> None:
@@ -366,7 +366,7 @@ class MessageHistory:
         """The whole graph this history knows: `{entries, revisions, head}`, JSON-ready."""
         from ._snapshot import snapshot_of
 
-        return snapshot_of(self, self._all_revisions(), set())
+        return snapshot_of(self, self._all_revisions())
 
     @classmethod
     def from_snapshot(cls, snapshot: Mapping[str, Any]) -> MessageHistory:
@@ -394,10 +394,6 @@ class MessageHistory:
 _EMPTY_LEAF = SeqNode(0, [])
 
 
-def _encoded(entry: Entry) -> tuple[ObjectId, bytes]:
-    return encode_object(entry)
-
-
 def _respliced(root: ObjectId, before: list[Item], after: list[Item], ws: Workspace) -> ObjectId:
     """The tree of `after`, made from `before`'s tree by rewriting only the span where they differ.
 
@@ -415,7 +411,7 @@ def _respliced(root: ObjectId, before: list[Item], after: list[Item], ws: Worksp
     while end < limit - start and same(before[-1 - end], after[-1 - end]):
         end += 1
     changed = [[i, o] for i, o in after[start: len(after) - end]]
-    return seq.splice(root, start, len(before) - end, changed, ws.node, ws.put_node)
+    return seq.splice(root, start, len(before) - end, changed, ws.node, ws.put)
 
 
 def _listed(value: Any, what: str) -> list[Any]:

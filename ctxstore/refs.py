@@ -9,7 +9,6 @@ the ref so that gc keeps what the log can still reach.
 
 from __future__ import annotations
 
-import time
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -17,6 +16,9 @@ from typing import Any, Final
 
 from . import codec
 from .codec import ObjectId, to_hex
+from .codec import hex_or_none as _hex
+from .codec import now_ms as _now_ms
+from .codec import short_hex as _short
 from .errors import (
     EncodingError,
     InvalidInput,
@@ -181,12 +183,6 @@ class ReflogEntry:
             raise StoreError("a reflog record is damaged; run `ctxstore fsck`") from None
 
 
-def _short(oid: ObjectId | None) -> str:
-    return "nothing" if oid is None else to_hex(oid)[:12]
-
-
-def _hex(oid: ObjectId | None) -> str | None:
-    return None if oid is None else to_hex(oid)
 
 
 def _mismatch(name: str, expected: ObjectId | None, current: ObjectId | None) -> NonFastForward:
@@ -201,9 +197,6 @@ def _mismatch(name: str, expected: ObjectId | None, current: ObjectId | None) ->
                 "rebase onto it or commit with force")
     return NonFastForward(text, ref=name, current=_hex(current), expected=_hex(expected))
 
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def apply_updates(txn: Transaction, updates: Mapping[str, tuple[ObjectId | Any | None, ObjectId | None]], *,

@@ -12,7 +12,6 @@ import contextlib
 import difflib
 import json
 import os
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,8 @@ from typing import Any, Final
 
 from . import seq
 from .codec import ObjectId, from_hex, object_id, to_hex
+from .codec import now_ms as _now_ms
+from .codec import short_hex as _short
 from .errors import (
     CtxStoreError,
     InvalidInput,
@@ -56,12 +57,6 @@ _KNOWN_WALK = 256
 _REMOTE_NAMES = "remote.names"
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _short(oid: ObjectId | None) -> str:
-    return "nothing" if oid is None else to_hex(oid)[:12]
 
 
 class _Moved(Exception):

@@ -305,7 +305,7 @@ def test_edit_in_a_long_history_writes_few_tree_nodes() -> None:
     new_nodes = [oid for oid, _ in ws.pending() if oid not in before and isinstance(ws.get(oid), SeqNode)]
     assert 0 < len(new_nodes) <= 16
     root = ws.revision(bytes.fromhex(edited.revision_id)).seq  # type: ignore[arg-type]
-    rebuilt = seq.build([[e.id, ws.index[e.id]] for e in edited.refs()], ws.put_node)
+    rebuilt = seq.build([[e.id, ws.index[e.id]] for e in edited.refs()], ws.put)
     assert root == rebuilt
     assert edited.size == 9_999
 

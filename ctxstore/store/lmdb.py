@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import random
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ import zstandard
 
 from .. import codec
 from ..codec import ObjectId, to_hex
+from ..codec import now_ms as _now_ms
 from ..errors import EncodingError, MissingObject, NotARepository, StoreError
 from .base import StoreStats, Transaction, WriteSet, check_oid
 
@@ -49,9 +49,6 @@ _DB_NAMES = (b"objects", b"times", b"refs", b"reflog", b"config", b"dicts")
 _ITER_BATCH = 4096
 _GROW_STEP_LIMIT = 4 * 1024**3
 
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _store_error(exc: lmdb.Error, path: str, doing: str) -> StoreError:

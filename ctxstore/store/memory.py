@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from ..codec import ObjectId, to_hex
+from ..codec import now_ms as _now_ms
 from ..errors import MissingObject, StoreError
 from .base import StoreStats, Transaction, WriteSet, check_oid
 
 __all__ = ["MemoryStore"]
 
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class MemoryStore:

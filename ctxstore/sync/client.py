@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..codec import ObjectId, from_hex, to_hex
+from ..codec import hex_or_none as _hex
+from ..codec import short_hex as _short
 from ..errors import InvalidInput, NonFastForward, RemoteError, UnknownRef
 from ..history import MessageHistory
 from ..pack import PackSource
@@ -287,12 +289,6 @@ def push(repo: Repository, remote: str = "origin", refs: Sequence[str] | None = 
     return PushResult(remote, moved, objects, sent.bytes)
 
 
-def _short(oid: ObjectId | None) -> str:
-    return "nothing" if oid is None else to_hex(oid)[:12]
-
-
-def _hex(oid: ObjectId | None) -> str | None:
-    return None if oid is None else to_hex(oid)
 
 
 def clone(url: str, path: str | os.PathLike[str], *, token: str | None = None,
