@@ -14,19 +14,16 @@ import asyncio
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any, TextIO
 
 import click
 
 from .agent import DEFAULT_BUDGET_TOKENS, Agent, RunResult
 from .cli._common import (
-    ENV_REPO,
     EXIT_NOT_FOUND,
     EXIT_USAGE,
-    Context,
+    current_context,
     emit,
-    environment_repo,
     fail,
     reporting,
     say,
@@ -36,23 +33,13 @@ from .offline import OfflineModel
 from .recording import RepositoryHistoryStrategy, repository_history_strategy
 from .strategies import HistoryReadContext, summarizing_history_strategy
 
-__all__ = ["AGENT_COMMANDS", "ENV_API_KEY", "EXIT_COMMAND", "chat", "compact", "main"]
+__all__ = ["AGENT_COMMANDS", "ENV_API_KEY", "EXIT_COMMAND", "chat", "compact"]
 
 ENV_API_KEY = "ANTHROPIC_API_KEY"
 """The environment variable that must be set to talk to Anthropic's API (the SDK reads it)."""
 EXIT_COMMAND = "/exit"
 """A line that ends a chat (as end of input does)."""
 _DEFAULT_MODEL = "claude-sonnet-4-6"
-
-
-def _state(ctx: click.Context) -> Context:
-    """The invocation's repository context: the main group's, or one made here when run alone."""
-    state = ctx.find_object(Context)
-    if state is None:
-        repo_path = environment_repo()
-        state = Context(os.path.abspath(repo_path) if repo_path else None, Path.cwd())
-        ctx.call_on_close(state.close)
-    return state
 
 
 def _model(offline: bool, name: str | None, max_tokens: int | None, what: str) -> Model:
@@ -83,8 +70,7 @@ _MODEL = click.option("--model", "model_name", metavar="NAME",
 @click.option("--max-tokens", type=click.IntRange(min=1), metavar="N", help="Output token limit per answer.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object per answer (text, revision, usage, cost) instead of the text.")
-@click.pass_context
-def chat(ctx: click.Context, ref: str, offline: bool, model_name: str | None, system: str | None,
+def chat(ref: str, offline: bool, model_name: str | None, system: str | None,
          max_tokens: int | None, as_json: bool) -> None:
     """Talk with a model, recording the conversation into REF as it goes.
 
@@ -93,7 +79,7 @@ def chat(ctx: click.Context, ref: str, offline: bool, model_name: str | None, sy
     (the model sees the whole conversation so far), a new one is created. Uses Anthropic's API when
     ANTHROPIC_API_KEY is set, or the offline model with --offline.
     """
-    state = _state(ctx)
+    state = current_context()
     model = _model(offline, model_name, max_tokens, "chat")
     repo = state.repo()
     with reporting():
@@ -153,8 +139,7 @@ def _is_terminal(stream: TextIO) -> bool:
               help="Leave the last K messages out of the summary.")
 @_OFFLINE
 @_MODEL
-@click.pass_context
-def compact(ctx: click.Context, ref: str, trigger_tokens: int, keep_recent: int, offline: bool,
+def compact(ref: str, trigger_tokens: int, keep_recent: int, offline: bool,
             model_name: str | None) -> None:
     """Summarize the older part of the conversation at REF and commit the summary revision.
 
@@ -164,7 +149,7 @@ def compact(ctx: click.Context, ref: str, trigger_tokens: int, keep_recent: int,
     entry lists its sources). Prints {ref, revision, previous, compacted, size, summarized}; `revision`
     is the new head (the old one when there was nothing to compact).
     """
-    state = _state(ctx)
+    state = current_context()
     model = _model(offline, model_name, None, "compact")
     repo = state.repo()
     with reporting():
@@ -186,24 +171,3 @@ def compact(ctx: click.Context, ref: str, trigger_tokens: int, keep_recent: int,
 
 AGENT_COMMANDS: list[click.Command] = [chat, compact]
 """The agent commands, for the main group: `for c in AGENT_COMMANDS: cli.add_command(c)`."""
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--repo", "repo_path", metavar="PATH", type=click.Path(file_okay=False),
-              help=f"The repository directory itself (default: .ctxstore here or in a parent; "
-                   f"env {ENV_REPO}).")
-@click.pass_context
-def main(ctx: click.Context, repo_path: str | None) -> None:
-    """The agent commands on their own (the `ctxstore` command has them too)."""
-    repo_path = repo_path or environment_repo()
-    state = Context(os.path.abspath(repo_path) if repo_path else None, Path.cwd())
-    ctx.obj = state
-    ctx.call_on_close(state.close)
-
-
-for _command in AGENT_COMMANDS:
-    main.add_command(_command)
-
-
-if __name__ == "__main__":
-    main(prog_name=f"{Path(sys.executable).name} -m ctxstore.cli_agent")

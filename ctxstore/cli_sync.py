@@ -18,33 +18,21 @@ import click
 
 from .cli._common import (
     DIRNAME,
-    ENV_REPO,
     EXIT_NOT_FOUND,
     EXIT_USAGE,
-    Context,
+    current_context,
     emit,
-    environment_repo,
     fail,
     reporting,
     say,
     stderr_is_terminal,
 )
 
-__all__ = ["ENV_TOKEN", "SYNC_COMMANDS", "main"]
+__all__ = ["ENV_TOKEN", "SYNC_COMMANDS"]
 
 ENV_TOKEN = "CTXSTORE_TOKEN"
 _token_option = click.option("--token", envvar=ENV_TOKEN, metavar="TOKEN", default=None,
                              help=f"Bearer token for an HTTP remote (env {ENV_TOKEN}).")
-
-
-def _state() -> Context:
-    ctx = click.get_current_context()
-    state = ctx.find_object(Context)
-    if state is None:  # called outside a group that sets one up
-        state = Context(environment_repo(), Path.cwd())
-        ctx.obj = state
-        ctx.call_on_close(state.close)
-    return state
 
 
 def _progress() -> Any:
@@ -98,7 +86,7 @@ def serve(path: str | None, stdio: bool, http: str | None, tokens_file: str | No
         return
     if stdio == bool(http):
         fail("say how to serve: --stdio or --http HOST:PORT", EXIT_USAGE)
-    root = Path(path) if path else _state().location()
+    root = Path(path) if path else current_context().location()
     if stdio:
         _serve_stdio(root)
         return
@@ -145,7 +133,7 @@ def fetch(remote: str, token: str | None) -> None:
     """Bring REMOTE's heads into refs/remotes/REMOTE/* (only what is new moves)."""
     from .sync import fetch as do_fetch
 
-    state = _state()
+    state = current_context()
     with reporting():
         result = do_fetch(state.repo(), remote, token=token, progress=_progress())
     state.tell(f"fetched {len(result.updated)} ref(s), {result.objects} object(s), {result.bytes} bytes")
@@ -161,7 +149,7 @@ def pull(remote: str, ref: str, rebase: bool, token: str | None) -> None:
     """Fetch REMOTE, then fast-forward (or with --rebase, rebase) local REF onto it."""
     from .sync import pull as do_pull
 
-    state = _state()
+    state = current_context()
     with reporting():
         result = do_pull(state.repo(), remote, ref, rebase=rebase, token=token, progress=_progress())
     state.tell(f"{result.ref}: {result.how}")
@@ -179,7 +167,7 @@ def push(remote: str, refs: tuple[str, ...], force: bool, leases: tuple[str, ...
     """Move REMOTE's REFS (default: every local head) to ours; fast-forward only unless forced."""
     from .sync import push as do_push
 
-    state = _state()
+    state = current_context()
     repo = state.repo()
     expect: dict[str, str | None] = {}
     with reporting():
@@ -235,7 +223,7 @@ def remote(ctx: click.Context) -> None:
 def remote_add(name: str, url: str) -> None:
     """Record remote NAME at URL (a path, ssh://host/path or http(s)://hub/repo)."""
     with reporting():
-        _state().repo().remote_add(name, url)
+        current_context().repo().remote_add(name, url)
     emit({"name": name, "url": url})
 
 
@@ -243,7 +231,7 @@ def remote_add(name: str, url: str) -> None:
 def remote_list() -> None:
     """Every remote and its URL, as JSON."""
     with reporting():
-        emit(_state().repo().remotes())
+        emit(current_context().repo().remotes())
 
 
 @remote.command("remove")
@@ -251,38 +239,9 @@ def remote_list() -> None:
 def remote_remove(name: str) -> None:
     """Forget remote NAME (its remote-tracking refs stay)."""
     with reporting():
-        _state().repo().remote_remove(name)
+        current_context().repo().remote_remove(name)
     emit({"removed": name})
 
 
 SYNC_COMMANDS: list[click.Command] = [serve, fetch, pull, push, clone, remote]
 """The commands the main `ctxstore` group registers."""
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-C", "directory", metavar="DIR", type=click.Path(file_okay=False, exists=True),
-              help="Run as if started in DIR.")
-@click.option("--repo", "repo_path", metavar="PATH", type=click.Path(file_okay=False),
-              help=f"The repository directory itself (env {ENV_REPO}).")
-@click.pass_context
-def _group(ctx: click.Context, directory: str | None, repo_path: str | None) -> None:
-    """ctxstore's sync commands on their own."""
-    if directory is not None:
-        os.chdir(directory)
-    repo_path = repo_path or environment_repo()
-    state = Context(os.path.abspath(repo_path) if repo_path else None, Path.cwd())
-    ctx.obj = state
-    ctx.call_on_close(state.close)
-
-
-for _command in SYNC_COMMANDS:
-    _group.add_command(_command)
-
-
-def main(argv: list[str] | None = None) -> Any:
-    """Run the sync commands alone (``python -m ctxstore.cli_sync``)."""
-    return _group.main(args=argv, prog_name="ctxstore")
-
-
-if __name__ == "__main__":
-    main()

@@ -86,6 +86,20 @@ def _varint(n: int) -> bytes:
 
 # -- writing ---------------------------------------------------------------------------------------------
 
+def _read_varint(read: Callable[[int, str], bytes], what: str, where: str) -> int:
+    """Read one minimal LEB128 varint through `read`, naming `what` and `where` in any error."""
+    value = shift = 0
+    for i in range(_MAX_VARINT):
+        byte = read(1, what)[0]
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            if byte == 0 and i > 0:
+                raise BadPack(f"bad pack: {what} at {where} is a varint padded with zero bytes")
+            return value
+    raise BadPack(f"bad pack: {what} at {where} is a varint longer than {_MAX_VARINT} bytes")
+
+
 def _substitute(value: Any, index: Mapping[bytes, int]) -> tuple[Any, bool]:
     """The value with every id of an earlier pack object replaced by a back-reference."""
     t = type(value)
@@ -240,17 +254,7 @@ class _Wire:
         return out
 
     def varint(self, what: str) -> int:
-        at = self.offset
-        value = shift = 0
-        for i in range(_MAX_VARINT):
-            byte = self.read(1, what)[0]
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                if byte == 0 and i > 0:
-                    raise BadPack(f"bad pack: {what} at byte {at} is a varint padded with zero bytes")
-                return value
-        raise BadPack(f"bad pack: {what} at byte {at} is a varint longer than {_MAX_VARINT} bytes")
+        return _read_varint(self.read, what, f"byte {self.offset}")
 
     def check_end(self) -> None:
         """Fail if an iterable source holds anything after the pack (files are left where the pack ends)."""
@@ -338,18 +342,7 @@ class _Inflater:
         return out
 
     def varint(self, what: str) -> int:
-        at = self.consumed
-        value = shift = 0
-        for i in range(_MAX_VARINT):
-            byte = self.read(1, what)[0]
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                if byte == 0 and i > 0:
-                    raise BadPack(f"bad pack: {what} at decompressed byte {at} is a varint padded with zeros")
-                return value
-        raise BadPack(f"bad pack: {what} at decompressed byte {at} is a varint longer than "
-                      f"{_MAX_VARINT} bytes")
+        return _read_varint(self.read, what, f"decompressed byte {self.consumed}")
 
     def finish(self) -> None:
         """Check that the compressed stream ends right after the last object and the chunk list ends too."""

@@ -20,11 +20,8 @@ from ctxstore.repo import Repository
 
 
 def full_cli() -> click.Group:
-    """The main group with the agent commands (added here if the main group does not have them yet)."""
-    if all(c.name in cli.commands for c in AGENT_COMMANDS):
-        return cli
-    return click.Group(name="ctxstore", params=cli.params, callback=cli.callback,
-                       commands={**cli.commands, **{c.name: c for c in AGENT_COMMANDS}})
+    """The main group, which registers the agent commands."""
+    return cli
 
 
 @pytest.fixture
@@ -197,10 +194,10 @@ def test_compact_without_a_key_or_offline_is_a_usage_error(repo_path: Path,
     assert invoke(repo_path, "compact", "main").exit_code == 2
 
 
-def test_the_commands_run_on_their_own_with_ctxstore_dir_or_the_standalone_group(repo_path: Path) -> None:
+def test_the_commands_run_on_their_own_with_ctxstore_dir_or_the_repo_option(repo_path: Path) -> None:
     runner = CliRunner(env={"CTXSTORE_DIR": str(repo_path)})
     assert runner.invoke(chat, ["main", "--offline"], input="solo\n", catch_exceptions=False).exit_code == 0
-    result = CliRunner().invoke(cli_agent.main, ["--repo", str(repo_path), "compact", "main", "--offline",
+    result = CliRunner().invoke(cli, ["--repo", str(repo_path), "compact", "main", "--offline",
                                                  "--keep-recent", "0"], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["compacted"] is True

@@ -20,7 +20,7 @@ from ctxstore.repo import Repository
 
 READ = "r" * 24
 WRITE = "w" * 24
-CLI = [sys.executable, "-m", "ctxstore.cli_sync"]
+CLI = [sys.executable, "-m", "ctxstore.cli"]
 
 
 class Hub:

@@ -15,7 +15,7 @@ from ctxstore.errors import NonFastForward, UnknownRef
 from ctxstore.repo import Repository
 from ctxstore.sync.transport import LocalTransport, StdioTransport, ssh_command
 
-SERVE = [sys.executable, "-m", "ctxstore.cli_sync", "serve", "--stdio"]
+SERVE = [sys.executable, "-m", "ctxstore.cli", "serve", "--stdio"]
 
 
 def _msgs(repo: Repository, ref: str = "main") -> list[str]:
@@ -194,7 +194,7 @@ def test_ssh_url_runs_serve_stdio_through_the_ssh_command(hub, tmp_path, monkeyp
     fake.write_text(f"""#!/bin/sh
 while [ "$1" != "--" ]; do shift; done
 shift; shift
-ctxstore() {{ "{sys.executable}" -m ctxstore.cli_sync "$@"; }}
+ctxstore() {{ "{sys.executable}" -m ctxstore.cli "$@"; }}
 eval "$*"
 """)
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)

@@ -40,6 +40,7 @@ __all__ = [
     "EXIT_USAGE",
     "Context",
     "Failure",
+    "current_context",
     "emit",
     "exit_code_for",
     "fail",
@@ -209,6 +210,18 @@ class Context:
         if self._repo is not None:
             self._repo.close()
             self._repo = None
+
+
+def current_context() -> Context:
+    """The invocation's Context: the main group's, or (a command invoked on its own) one from the environment."""
+    ctx = click.get_current_context()
+    state = ctx.find_object(Context)
+    if state is None:
+        repo_path = environment_repo()
+        state = Context(os.path.abspath(repo_path) if repo_path else None, Path.cwd())
+        ctx.obj = state
+        ctx.call_on_close(state.close)
+    return state
 
 
 def environment_repo() -> str | None:
