@@ -25,6 +25,7 @@ from ..errors import InvalidInput, MissingObject, StoreError
 
 __all__ = [
     "MAX_KEY_BYTES",
+    "BatchWrites",
     "ObjectSource",
     "ObjectStore",
     "Snapshot",
@@ -377,6 +378,26 @@ class Transaction:
         if value is not None and not isinstance(value, bytes):
             raise InvalidInput(f"config value for {key!r} must be bytes or None, not {type(value).__name__}")
         w.config[key] = value
+
+
+class BatchWrites:
+    """`put`, `put_many` and `delete_many` of a store, each one write transaction of `self.transaction`."""
+
+    transaction: Callable[..., AbstractContextManager[Transaction]]  # the store class's own
+
+    def put(self, oid: ObjectId, data: bytes) -> bool:
+        """Store one object; returns whether it was new."""
+        return self.put_many([(oid, data)]) == 1
+
+    def put_many(self, objects: Iterable[tuple[ObjectId, bytes]]) -> int:
+        """Store objects in one write transaction; returns how many were new."""
+        with self.transaction(write=True) as txn:
+            return txn.put_objects(objects)
+
+    def delete_many(self, oids: Iterable[ObjectId]) -> int:
+        """Delete objects in one write transaction; returns how many were there."""
+        with self.transaction(write=True) as txn:
+            return txn.delete_objects(oids)
 
 
 @runtime_checkable

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import random
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
@@ -35,7 +35,7 @@ from .. import codec
 from ..codec import ObjectId, to_hex
 from ..codec import now_ms as _now_ms
 from ..errors import EncodingError, MissingObject, NotARepository, StoreError
-from .base import StoreStats, Transaction, WriteSet, check_oid
+from .base import BatchWrites, StoreStats, Transaction, WriteSet, check_oid
 
 __all__ = ["DEFAULT_MAP_SIZE", "LmdbStore"]
 
@@ -465,7 +465,7 @@ class _Options:
     readonly: bool
 
 
-class LmdbStore:
+class LmdbStore(BatchWrites):
     """A durable, multi-process object store with refs, reflogs and config, on LMDB.
 
     `path` is a directory (created unless `readonly`). With `durable=True` (the default) a write
@@ -594,20 +594,6 @@ class LmdbStore:
 
     def __contains__(self, oid: object) -> bool:
         return isinstance(oid, bytes) and self.has(ObjectId(oid))
-
-    def put(self, oid: ObjectId, data: bytes) -> bool:
-        """Store one object; returns whether it was new."""
-        return self.put_many([(oid, data)]) == 1
-
-    def put_many(self, objects: Iterable[tuple[ObjectId, bytes]]) -> int:
-        """Store objects in one write transaction; returns how many were new."""
-        with self.transaction(write=True) as txn:
-            return txn.put_objects(objects)
-
-    def delete_many(self, oids: Iterable[ObjectId]) -> int:
-        """Delete objects in one write transaction; returns how many were there."""
-        with self.transaction(write=True) as txn:
-            return txn.delete_objects(oids)
 
     def __iter__(self) -> Iterator[ObjectId]:
         """Every object id, read in batches so no read transaction stays open between them."""

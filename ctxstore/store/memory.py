@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ..codec import ObjectId, to_hex
 from ..codec import now_ms as _now_ms
 from ..errors import MissingObject, StoreError
-from .base import StoreStats, Transaction, WriteSet, check_oid
+from .base import BatchWrites, StoreStats, Transaction, WriteSet, check_oid
 
 __all__ = ["MemoryStore"]
 
 
 
-class MemoryStore:
+class MemoryStore(BatchWrites):
     """Objects, refs, reflogs and config held in memory. Not shared between processes.
 
     Transactions are serialized by one lock (readers included), so a reader never sees half of a
@@ -84,18 +84,6 @@ class MemoryStore:
 
     def has(self, oid: ObjectId) -> bool:
         return oid in self._objects
-
-    def put(self, oid: ObjectId, data: bytes) -> bool:
-        """Store one object; returns whether it was new."""
-        return self.put_many([(oid, data)]) == 1
-
-    def put_many(self, objects: Iterable[tuple[ObjectId, bytes]]) -> int:
-        with self.transaction(write=True) as txn:
-            return txn.put_objects(objects)
-
-    def delete_many(self, oids: Iterable[ObjectId]) -> int:
-        with self.transaction(write=True) as txn:
-            return txn.delete_objects(oids)
 
     def __iter__(self) -> Iterator[ObjectId]:
         with self._lock:
