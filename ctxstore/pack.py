@@ -38,6 +38,7 @@ __all__ = [
     "PackSource",
     "StagedPack",
     "VERSION",
+    "check_shape",
     "missing_references",
     "read_pack",
     "verify_pack",
@@ -423,17 +424,22 @@ def _decode_object(body: bytes, restore: _Restore, here: int, max_object_size: i
     return data
 
 
+def check_shape(data: bytes) -> None:
+    """The default check of a received object: its type and fields (its encoding is checked already)."""
+    parse_object(data, trusted=True)
+
+
 def read_pack(source: PackSource, *, max_object_size: int = MAX_OBJECT_SIZE,
               max_total_size: int = DEFAULT_MAX_TOTAL_SIZE, max_objects: int = DEFAULT_MAX_OBJECTS,
-              check: Callable[[bytes], Any] | None = parse_object) -> Iterator[tuple[ObjectId, bytes]]:
+              check: Callable[[bytes], Any] | None = check_shape) -> Iterator[tuple[ObjectId, bytes]]:
     """Yield the (id, canonical bytes) of each object of a pack, in pack order, checking as it goes.
 
-    Every object's pack form must be canonical CBOR; its back-references are resolved, the result is
-    hashed, and `check` validates the canonical bytes (by default `parse_object`: encoding and shape; pass
-    `codec.decode` to check the encoding alone). The trailer is checked last, so nothing yielded may be
-    made visible until the iterator has finished without error: stage the objects (or use `verify_pack`).
-    From a file object exactly the pack's bytes are read; from an iterable, bytes after it are an error.
-    Anything wrong raises `BadPack`.
+    Every object's pack form must be canonical CBOR within the codec's rules (checked while its
+    back-references are resolved, so the re-encoded bytes are canonical by construction); the result is
+    hashed, and `check` validates it (by default `check_shape`; None skips it). The trailer is checked
+    last, so nothing yielded may be made visible until the iterator has finished without error: stage
+    the objects (or use `verify_pack`). From a file object exactly the pack's bytes are read; from an
+    iterable, bytes after it are an error. Anything wrong raises `BadPack`.
     """
     wire = _Wire(source)
     magic = wire.read(len(MAGIC), "the magic number")
@@ -528,7 +534,8 @@ def verify_pack(source: PackSource, *, max_object_size: int = MAX_OBJECT_SIZE,
                 spool_size: int = 64 << 20) -> StagedPack:
     """Read and check a whole pack, trailer included, returning it staged; `BadPack` if anything is wrong.
 
-    Objects are parsed (canonical form and shape) and their references kept, so the caller can check
+    Objects are parsed (their canonical form is checked as they are read, their shape here) and their
+    references kept, so the caller can check
     connectivity with ``missing_references(staged.links, heads, store)`` before writing anything.
     """
     staged = StagedPack(spool_size)
@@ -536,7 +543,7 @@ def verify_pack(source: PackSource, *, max_object_size: int = MAX_OBJECT_SIZE,
         for oid, data in read_pack(source, max_object_size=max_object_size, max_total_size=max_total_size,
                                    max_objects=max_objects, check=None):
             try:
-                obj = parse_object(data)
+                obj = parse_object(data, trusted=True)
             except CtxStoreError as exc:
                 raise BadPack(f"bad pack: object {len(staged)} ({to_hex(oid)}): {exc}") from None
             staged._add(oid, data, references(obj))

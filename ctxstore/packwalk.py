@@ -116,10 +116,15 @@ def _revisions_to_send(reader: _Reader, wants: Iterable[ObjectId],
         if not reader.source.has(oid):
             raise MissingObject(f"revision {to_hex(oid)} is not in this repository; nothing can send it")
         mark(oid, _WANT)
-    while any(flags[o] == _WANT for o in queued):
-        _, raw = heapq.heappop(heap)
+    # Revisions made in the same millisecond tie, so a want chain can reach its root before the have
+    # walk gets there: keep walking haves down to the oldest time a want-only revision was seen.
+    oldest_want: float = float("inf")
+    while heap and (any(flags[o] == _WANT for o in queued) or -heap[0][0] >= oldest_want):
+        negated, raw = heapq.heappop(heap)
         oid = ObjectId(raw)
         queued.discard(oid)
+        if flags[oid] == _WANT:
+            oldest_want = min(oldest_want, -negated)
         parent = reader.revision(oid).parent
         if parent is not None:
             mark(parent, flags[oid])
