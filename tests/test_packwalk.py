@@ -82,6 +82,25 @@ def test_divergent_pair_sends_only_one_side_like_git_log_range():
     assert contents == ["right", "right 2"]
 
 
+@pytest.mark.parametrize("variant", range(12))
+def test_revisions_made_in_one_millisecond_are_not_sent_twice(variant: int):
+    """With every createdAt equal, the walk still stops at the common revisions, whatever the id order."""
+    revisions = [{"id": "r0", "entryIds": [], "createdAt": 1000}]
+    entries = []
+    for name, parent, ids in (("s", "r0", ["e0"]), ("a", "s", ["e0", "e1"]), ("b1", "s", ["e0", "e2"]),
+                              ("b2", "b1", ["e0", "e2", "e3"])):
+        new = ids[-1]
+        entries.append({"id": new, "kind": "turn", "message": {"role": "user", "content": f"{new} v{variant}"}})
+        revisions.append({"id": name, "parent": parent, "entryIds": ids, "createdAt": 1000,
+                          "operation": {"type": "append", "entryIds": [new]}})
+    store = MemoryStore()
+    histories = {}
+    for head in ("a", "b2"):
+        histories[head] = MessageHistory.from_snapshot({"entries": entries, "revisions": revisions, "head": head})
+    a, b = _save(store, histories["a"]), _save(store, histories["b2"])
+    assert len(revisions_to_send(store, [b], [a])) == 2
+
+
 def test_unknown_haves_are_ignored():
     store = MemoryStore()
     head = _save(store, MessageHistory().append({"role": "user", "content": "x"}))
