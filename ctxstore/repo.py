@@ -394,6 +394,7 @@ class Repository:
                 # Built over another source: what its new objects point at may be missing here.
                 foreign.update(oid for oid, _ in made)
         moves: dict[str, tuple[ObjectId | None, ObjectId]] = {}
+        walked: dict[str, ObjectId] = {}  # ref -> a head the lineage walk found in that ref's history
         for _attempt in range(_CAS_RETRIES):
             try:
                 # The common case costs one write transaction: the ref is unborn, or its head is
@@ -405,7 +406,7 @@ class Repository:
                         if full in moves:
                             raise InvalidInput(f"ref {full} is committed twice in one batch ({ref!r})")
                         current = txn.get_ref(full)
-                        if not (force or current is None or current == head
+                        if not (force or current is None or current == head or walked.get(ref) == current
                                 or self._known_descent(head, current, pending)):
                             raise _Moved(ref, full, current)
                         moves[full] = (current, head)
@@ -421,7 +422,8 @@ class Repository:
                         "rebase onto it or commit with force",
                         ref=full, current=to_hex(current), expected=None if base is None else to_hex(base),
                     ) from None
-                continue  # the walk filled the parent cache: the next try decides inside the transaction
+                walked[ref] = current  # the next try accepts this head without walking again
+                continue
             break
         else:
             raise StoreError(f"refs {', '.join(heads)} kept moving while committing ({_CAS_RETRIES} tries); "

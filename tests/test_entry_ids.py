@@ -99,3 +99,10 @@ def test_histories_in_two_processes_make_distinct_entries() -> None:
     for ids in results:
         history = history.extend([{"id": i, "message": {"role": "user", "content": "same"}} for i in ids])
     assert history.size == 4000
+
+
+def test_ids_made_in_one_millisecond_differ_by_the_counter() -> None:
+    """Ids of one process share the node part; within one millisecond the counter keeps them apart."""
+    ids = [new_entry_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    assert len({i[10:19] for i in ids}) == 1  # characters 10..18 of 26 hold only bits of the 48-bit node

@@ -84,6 +84,18 @@ def test_commit_moves_the_ref_and_writes_only_missing_objects(repo: Repository) 
     assert second.workspace.pending() == []
 
 
+def test_commit_of_a_long_uncommitted_lineage_fast_forwards(repo: Repository) -> None:
+    # More new revisions than the in-transaction walk looks at: the commit walks the lineage once
+    # outside the transaction and then lands, rather than retrying until it gives up.
+    repo.commit("main", repo.history("main").append(msg("base")))
+    history = repo.history("main")
+    for i in range(600):
+        history = history.append(msg(f"m{i}"))
+    repo.commit("main", history)
+    assert repo.head("main") == history.revision_id
+    assert repo.history("main").size == 601
+
+
 def test_commit_of_a_stale_history_raises_and_writes_nothing(repo: Repository) -> None:
     repo.commit("main", repo.history("main").append(msg("base")))
     base = repo.head("main")

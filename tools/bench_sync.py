@@ -69,7 +69,7 @@ def _build(root: Path, n: int, one_revision: bool) -> tuple[Path, Path, list[Any
 def _serve(root: Path) -> tuple[subprocess.Popen[str], str]:
     tokens = root / "tokens"
     tokens.write_text(f"write {TOKEN}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "ctxstore.cli_sync", "serve", "--http", "127.0.0.1:0",
+    proc = subprocess.Popen([sys.executable, "-m", "ctxstore.cli", "serve", "--http", "127.0.0.1:0",
                              str(root / "hub"), "--tokens", str(tokens)], stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     line = proc.stderr.readline()
