@@ -4,8 +4,9 @@ A pack is a header (magic, version, object count), one zstd stream holding the o
 length-prefixed CBOR, and a blake3 trailer over everything before it. Object ids are not sent: the
 receiver hashes every object itself. Inside an object, a 32-byte object id that names an earlier object
 of the same pack is sent as a short back-reference (CBOR tag 6 holding its position in the pack), so the
-hashes that revisions and sequence nodes are mostly made of cost a byte or two on the wire. The byte
-layout is specified in ``docs/protocol.md``.
+hashes that revisions and sequence nodes are mostly made of cost a byte or two on the wire; and an append
+revision can be sent *rebuildable*, without its sequence nodes, which the reader rebuilds from the
+parent's tree (`ctxstore._packform`). The byte layout is specified in ``docs/protocol.md``.
 
 Both directions stream: `write_pack` yields chunks and `read_pack` yields objects as they arrive, holding
 at most one object and one bounded decompression step in memory. Because the trailer comes last, what
@@ -16,28 +17,29 @@ whole pack into a `StagedPack` (spooled to disk when large) so that a receiver c
 
 from __future__ import annotations
 
-import math
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from typing import Any, BinaryIO, Protocol
 
 import blake3
-import cbor2
 import zstandard
 
-from .codec import MAX_DEPTH, MAX_OBJECT_SIZE, OID_SIZE, ObjectId, object_id, to_hex
+from ._packform import BACKREF_TAG, DERIVED_TAG, Lookup, Rebuilder, decode_record, encode_record
+from .codec import MAX_OBJECT_SIZE, ObjectId, object_id, to_hex
 from .errors import BadPack, CtxStoreError, InvalidInput
 from .objects import Object, parse_object, references
 from .store.base import ObjectSource
 
 __all__ = [
     "BACKREF_TAG",
+    "DERIVED_TAG",
     "MAGIC",
     "MAX_CHUNK",
     "MAX_WINDOW_SIZE",
     "PackSource",
     "StagedPack",
     "VERSION",
+    "VERSIONS",
     "check_shape",
     "missing_references",
     "read_pack",
@@ -46,9 +48,10 @@ __all__ = [
 ]
 
 MAGIC = b"CTXP"
-VERSION = 1
-BACKREF_TAG = 6
-"""CBOR tag of a back-reference; stored objects never contain tags, so it cannot be confused."""
+VERSION = 2
+"""The pack version this ctxstore writes."""
+VERSIONS = (1, 2)
+"""The pack versions this ctxstore reads (version 1 has no rebuildable revisions)."""
 MAX_CHUNK = 1 << 20
 """Largest compressed chunk a reader accepts (writers emit about 64 KiB)."""
 MAX_WINDOW_SIZE = 1 << 25
@@ -101,54 +104,24 @@ def _read_varint(read: Callable[[int, str], bytes], what: str, where: str) -> in
     raise BadPack(f"bad pack: {what} at {where} is a varint longer than {_MAX_VARINT} bytes")
 
 
-def _substitute(value: Any, index: Mapping[bytes, int]) -> tuple[Any, bool]:
-    """The value with every id of an earlier pack object replaced by a back-reference."""
-    t = type(value)
-    if t is bytes:
-        if len(value) == OID_SIZE:
-            at = index.get(value)
-            if at is not None:
-                # The absolute position, not the distance: successive versions of a sequence node then
-                # repeat each other byte for byte, which the compressor turns into long matches.
-                return cbor2.CBORTag(BACKREF_TAG, at), True
-        return value, False
-    if t is list:
-        changed = False
-        out = []
-        for item in value:
-            new, c = _substitute(item, index)
-            out.append(new)
-            changed |= c
-        return (out, True) if changed else (value, False)
-    if t is dict:
-        changed = False
-        new_map = {}
-        for key, item in value.items():
-            new, c = _substitute(item, index)
-            new_map[key] = new
-            changed |= c
-        return (new_map, True) if changed else (value, False)
-    return value, False
-
-
-def _pack_form(data: bytes, value: Any, index: Mapping[bytes, int]) -> bytes:
-    """How an object with canonical bytes `data`, decoding to `value`, is sent after the `index` objects."""
-    new, changed = _substitute(value, index)
-    return cbor2.dumps(new, canonical=True) if changed else data
-
-
-def write_pack(objects: Iterable[tuple[ObjectId, bytes]], count: int, *, level: int = 9) -> Iterator[bytes]:
+def write_pack(objects: Iterable[tuple[ObjectId, bytes]], count: int, *, level: int = 9,
+               rebuildable: Container[bytes] = frozenset(), version: int = VERSION) -> Iterator[bytes]:
     """Stream a pack of `count` objects (id, canonical bytes) as bytes chunks.
 
     Order matters for size, not correctness: an object that comes after the objects it references (entries
     and blobs, then sequence nodes bottom-up, then revisions oldest first) sends each of those ids as a
-    one- or two-byte back-reference. Raises `InvalidInput` if the objects are not `count` distinct objects
-    whose ids match their bytes.
+    one- or two-byte back-reference. The revisions named in `rebuildable` (append revisions whose
+    sequence tree the receiver rebuilds from the parent's; the caller has checked that it comes out
+    the same, and leaves their tree's new nodes out of `objects`) are sent without seq, size and entry
+    ids. `version` 1 writes packs for older readers (nothing may be rebuildable). Raises `InvalidInput`
+    if the objects are not `count` distinct objects whose ids match their bytes.
     """
     if type(count) is not int or count < 0:
         raise InvalidInput(f"write_pack needs a non-negative object count, not {count!r}")
+    if version not in VERSIONS:
+        raise InvalidInput(f"pack version {version} is not one this ctxstore writes ({list(VERSIONS)})")
     hasher = blake3.blake3()
-    header = MAGIC + bytes([VERSION]) + _varint(count)
+    header = MAGIC + bytes([version]) + _varint(count)
     hasher.update(header)
     yield header
 
@@ -174,7 +147,10 @@ def write_pack(objects: Iterable[tuple[ObjectId, bytes]], count: int, *, level: 
             raise InvalidInput(f"object {here} does not hash to its id {to_hex(oid)}; the store is corrupt")
         if oid in index:
             raise InvalidInput(f"object {to_hex(oid)} is given twice (objects {index[oid]} and {here})")
-        body = _pack_form(data, cbor2.loads(data), index)
+        rebuild = oid in rebuildable
+        if rebuild and version < 2:
+            raise InvalidInput(f"pack version {version} cannot send revision {to_hex(oid)} rebuildable")
+        body = encode_record(data, index, rebuild=rebuild)
         index[oid] = here
         plain += _varint(len(body))
         plain += body
@@ -360,70 +336,6 @@ class _Inflater:
                 raise BadPack(f"bad pack: a chunk at byte {at} follows the end of the compressed stream")
 
 
-class _Restore:
-    """Turns a decoded pack form back into the object's value, refusing anything a writer cannot send."""
-
-    def __init__(self, oids: Sequence[bytes], index: Mapping[bytes, int]) -> None:
-        self.oids = oids
-        self.index = index
-
-    def value(self, value: Any, depth: int = 0) -> Any:
-        t = type(value)
-        if t is str or t is bool or value is None:
-            return value
-        if t is int:
-            if not -(2**64) <= value < 2**64:
-                raise BadPack(f"integer {value} does not fit in 64 bits")
-            return value
-        if t is bytes:
-            if len(value) == OID_SIZE and value in self.index:
-                # A writer sends every such id as a back-reference; the bytes form is a second encoding.
-                raise BadPack(f"the id of object {self.index[value]} is not sent as a back-reference")
-            return value
-        if depth >= MAX_DEPTH:
-            raise BadPack(f"nested deeper than {MAX_DEPTH} levels")
-        if t is list:
-            return [self.value(item, depth + 1) for item in value]
-        if t is dict:
-            out = {}
-            for key, item in value.items():
-                if type(key) is not str:
-                    raise BadPack(f"map key {key!r} is not text")
-                out[key] = self.value(item, depth + 1)
-            return out
-        if t is cbor2.CBORTag and value.tag == BACKREF_TAG:
-            at = value.value
-            if type(at) is not int or not 0 <= at < len(self.oids):
-                raise BadPack(f"back-reference {at!r} does not name an earlier object")
-            return self.oids[at]
-        if t is float:
-            if not math.isfinite(value):
-                raise BadPack(f"{value} is not allowed (no NaN or infinities)")
-            return value
-        if t is cbor2.CBORTag:
-            raise BadPack(f"CBOR tag {value.tag} is not allowed")
-        raise BadPack(f"holds a {t.__name__}, which objects never contain (a CBOR tag?)")
-
-
-def _decode_object(body: bytes, restore: _Restore, here: int, max_object_size: int) -> bytes:
-    """The canonical bytes of object `here` from its pack form, checking that form is the only one."""
-    try:
-        raw = cbor2.loads(body, max_depth=MAX_DEPTH + 2)
-        canonical = cbor2.dumps(raw, canonical=True) == body
-    except Exception as exc:  # cbor2 raises CBORDecodeError, ValueError, TypeError, OverflowError...
-        raise BadPack(f"bad pack: object {here} is not valid CBOR: {exc}") from None
-    if not canonical:
-        raise BadPack(f"bad pack: object {here} is not canonical CBOR (unsorted or duplicate map keys, "
-                      "a non-shortest integer, length or float, an indefinite length or trailing bytes)")
-    try:
-        data = cbor2.dumps(restore.value(raw), canonical=True)
-    except BadPack as exc:
-        raise BadPack(f"bad pack: object {here} {exc}") from None
-    if len(data) > max_object_size:
-        raise BadPack(f"bad pack: object {here} is {len(data)} bytes, over the {max_object_size}-byte limit")
-    return data
-
-
 def check_shape(data: bytes) -> None:
     """The default check of a received object: its type and fields (its encoding is checked already)."""
     parse_object(data, trusted=True)
@@ -431,32 +343,47 @@ def check_shape(data: bytes) -> None:
 
 def read_pack(source: PackSource, *, max_object_size: int = MAX_OBJECT_SIZE,
               max_total_size: int = DEFAULT_MAX_TOTAL_SIZE, max_objects: int = DEFAULT_MAX_OBJECTS,
-              check: Callable[[bytes], Any] | None = check_shape) -> Iterator[tuple[ObjectId, bytes]]:
+              check: Callable[[bytes], Any] | None = check_shape,
+              lookup: Lookup | None = None) -> Iterator[tuple[ObjectId, bytes]]:
     """Yield the (id, canonical bytes) of each object of a pack, in pack order, checking as it goes.
 
     Every object's pack form must be canonical CBOR within the codec's rules (checked while its
     back-references are resolved, so the re-encoded bytes are canonical by construction); the result is
-    hashed, and `check` validates it (by default `check_shape`; None skips it). The trailer is checked
-    last, so nothing yielded may be made visible until the iterator has finished without error: stage
-    the objects (or use `verify_pack`). From a file object exactly the pack's bytes are read; from an
-    iterable, bytes after it are an error. Anything wrong raises `BadPack`.
+    hashed, and `check` validates it (by default `check_shape`; None skips it). A rebuildable revision
+    is preceded by the sequence nodes rebuilt for it, which are yielded like the pack's own objects; a
+    rebuild reads what it needs from recent objects of the pack, else through `lookup` (earlier objects
+    of the pack held aside, then the receiving repository; `verify_pack` provides both). The trailer is
+    checked last, so nothing yielded may be made visible until the iterator has finished without error:
+    stage the objects (or use `verify_pack`). From a file object exactly the pack's bytes are read; from
+    an iterable, bytes after it are an error. Anything wrong raises `BadPack`.
     """
+    if check is check_shape:
+        for oid, data, _ in _read(source, max_object_size, max_total_size, max_objects, None, lookup, True):
+            yield oid, data
+    else:
+        for oid, data, _ in _read(source, max_object_size, max_total_size, max_objects, check, lookup, False):
+            yield oid, data
+
+
+def _read(source: PackSource, max_object_size: int, max_total_size: int, max_objects: int,
+          check: Callable[[bytes], Any] | None, lookup: Lookup | None,
+          parse: bool) -> Iterator[tuple[ObjectId, bytes, Object | None]]:
+    """`read_pack`, yielding each object parsed too when `parse` is set (and for every rebuilt node)."""
     wire = _Wire(source)
     magic = wire.read(len(MAGIC), "the magic number")
     if magic != MAGIC:
         raise BadPack(f"not a ctxstore pack: it starts with {magic!r}, not {MAGIC!r}")
     version = wire.read(1, "the version")[0]
-    if version != VERSION:
-        raise BadPack(f"bad pack: format version {version} is not supported (this ctxstore reads version "
-                      f"{VERSION}); upgrade ctxstore or ask the sender for version {VERSION}")
+    if version not in VERSIONS:
+        raise BadPack(f"bad pack: format version {version} is not supported (this ctxstore reads versions "
+                      f"{list(VERSIONS)}); upgrade ctxstore or ask the sender for version {VERSION}")
     count = wire.varint("the object count")
     if count > max_objects:
         raise BadPack(f"bad pack: it declares {count} objects, over the limit of {max_objects}; "
                       "raise max_objects if this pack is expected")
     inflater = _Inflater(wire, max_total_size)
-    oids: list[bytes] = []
-    index: dict[bytes, int] = {}
-    restore = _Restore(oids, index)
+    rebuilder = Rebuilder(lookup, rebuild=version >= 2)
+    index, rebuilt = rebuilder.index, rebuilder.rebuilt
     for here in range(count):
         at = inflater.consumed
         size = inflater.varint(f"the length of object {here}")
@@ -464,18 +391,36 @@ def read_pack(source: PackSource, *, max_object_size: int = MAX_OBJECT_SIZE,
             raise BadPack(f"bad pack: object {here} (decompressed byte {at}) declares {size} bytes, over the "
                           f"{max_object_size}-byte limit")
         body = inflater.read(size, f"object {here}")
-        data = _decode_object(body, restore, here, max_object_size)
+        try:
+            data, made = decode_record(body, rebuilder)
+        except BadPack as exc:
+            raise BadPack(f"bad pack: object {here} {exc}") from None
+        if len(data) > max_object_size:
+            raise BadPack(f"bad pack: object {here} is {len(data)} bytes, over the {max_object_size}-byte limit")
+        for nid, node_data, node in made:
+            if nid in index or nid in rebuilt:
+                continue
+            if len(index) + len(rebuilt) >= max_objects:
+                raise BadPack(f"bad pack: its objects and the nodes rebuilt for them pass the limit of "
+                              f"{max_objects} objects (at object {here})")
+            rebuilt.add(nid)
+            yield nid, node_data, node
         oid = object_id(data)
         if oid in index:
             raise BadPack(f"bad pack: object {here} repeats object {index[oid]} ({to_hex(oid)})")
-        if check is not None:
-            try:
+        if oid in rebuilt:
+            raise BadPack(f"bad pack: object {here} repeats a node rebuilt earlier in the pack ({to_hex(oid)})")
+        obj: Object | None = None
+        try:
+            if parse:
+                obj = parse_object(data, trusted=True)
+            if check is not None:
                 check(data)
-            except CtxStoreError as exc:
-                raise BadPack(f"bad pack: object {here} ({to_hex(oid)}): {exc}") from None
-        oids.append(oid)
-        index[oid] = here
-        yield ObjectId(oid), data
+        except CtxStoreError as exc:
+            raise BadPack(f"bad pack: object {here} ({to_hex(oid)}): {exc}") from None
+        rebuilder.add_record(oid)
+        rebuilder.remember(oid, data if obj is None else obj)
+        yield oid, data, obj
     inflater.finish()
     digest = wire.hasher.digest()
     trailer = wire.read(TRAILER_SIZE, "the trailer", hashed=False)
@@ -497,13 +442,24 @@ class StagedPack:
     def __init__(self, spool_size: int) -> None:
         self._file: BinaryIO = tempfile.SpooledTemporaryFile(max_size=spool_size)  # noqa: SIM115
         self._spans: list[tuple[ObjectId, int, int]] = []
+        self._where: dict[bytes, int] = {}
         self.links: dict[ObjectId, list[ObjectId]] = {}
 
     def _add(self, oid: ObjectId, data: bytes, links: list[ObjectId]) -> None:
-        start = self._file.tell()
+        start = self._file.seek(0, 2)  # `get` may have moved the position
         self._file.write(data)
+        self._where[oid] = len(self._spans)
         self._spans.append((oid, start, len(data)))
         self.links[oid] = links
+
+    def get(self, oid: bytes) -> bytes | None:
+        """The bytes of a staged object, or None if the pack has no such object."""
+        at = self._where.get(oid)
+        if at is None:
+            return None
+        _, start, size = self._spans[at]
+        self._file.seek(start)
+        return self._file.read(size)
 
     def __len__(self) -> int:
         return len(self._spans)
@@ -531,21 +487,25 @@ class StagedPack:
 
 def verify_pack(source: PackSource, *, max_object_size: int = MAX_OBJECT_SIZE,
                 max_total_size: int = DEFAULT_MAX_TOTAL_SIZE, max_objects: int = DEFAULT_MAX_OBJECTS,
-                spool_size: int = 64 << 20) -> StagedPack:
+                spool_size: int = 64 << 20, base: ObjectSource | None = None) -> StagedPack:
     """Read and check a whole pack, trailer included, returning it staged; `BadPack` if anything is wrong.
 
     Objects are parsed (their canonical form is checked as they are read, their shape here) and their
     references kept, so the caller can check
     connectivity with ``missing_references(staged.links, heads, store)`` before writing anything.
+    `base` is the receiving repository: rebuilding a revision may read its parent's tree from there.
     """
     staged = StagedPack(spool_size)
+
+    def lookup(oid: ObjectId) -> bytes | None:
+        data = staged.get(oid)
+        if data is None and base is not None and base.has(oid):
+            data = base.get(oid)
+        return data
+
     try:
-        for oid, data in read_pack(source, max_object_size=max_object_size, max_total_size=max_total_size,
-                                   max_objects=max_objects, check=None):
-            try:
-                obj = parse_object(data, trusted=True)
-            except CtxStoreError as exc:
-                raise BadPack(f"bad pack: object {len(staged)} ({to_hex(oid)}): {exc}") from None
+        for oid, data, obj in _read(source, max_object_size, max_total_size, max_objects, None, lookup, True):
+            assert obj is not None  # parsed: `_read` was asked to
             staged._add(oid, data, references(obj))
     except BaseException:
         staged.close()

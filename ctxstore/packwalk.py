@@ -14,8 +14,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import cbor2
+
 from . import seq
-from .codec import MAX_OBJECT_SIZE, ObjectId, to_hex
+from .codec import MAX_OBJECT_SIZE, ObjectId, object_id, to_hex
 from .errors import BadPack, InvalidInput, InvalidObject, MissingObject
 from .objects import Entry, Object, Revision, SeqNode, parse_object
 from .pack import DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOTAL_SIZE, PackSource, missing_references, verify_pack
@@ -24,12 +26,14 @@ from .refs import apply_updates
 from .store.base import ObjectSource, TransactionalStore
 
 __all__ = [
+    "PackPlan",
     "RefUpdates",
     "UnpackResult",
     "is_ancestor",
     "objects_to_send",
     "pack",
     "pack_objects",
+    "plan_pack",
     "revisions_to_send",
     "unpack",
 ]
@@ -41,6 +45,7 @@ _WANT = 1
 _HAVE = 2
 _READ_BATCH = 512
 _NODE_CACHE = 4096
+_ENTRY_CACHE = 256
 
 
 class _Reader:
@@ -50,6 +55,7 @@ class _Reader:
         self.source = source
         self._revs: dict[ObjectId, Revision] = {}
         self._nodes: dict[ObjectId, SeqNode] = {}
+        self._entries: dict[ObjectId, Entry] = {}
 
     def _parse(self, oid: ObjectId) -> Object:
         return parse_object(self.source.get(oid), trusted=True)
@@ -75,10 +81,21 @@ class _Reader:
             node = self._nodes[oid] = obj
         return node
 
+    def keep(self, oid: ObjectId, node: SeqNode) -> None:
+        """Cache a node made here (content-addressed: the id names exactly this content)."""
+        if len(self._nodes) >= _NODE_CACHE:
+            self._nodes.clear()
+        self._nodes[oid] = node
+
     def entry(self, oid: ObjectId) -> Entry:
-        obj = self._parse(oid)
-        if not isinstance(obj, Entry):
-            raise InvalidObject(f"object {to_hex(oid)} is not an entry; run `ctxstore fsck`")
+        obj = self._entries.get(oid)
+        if obj is None:
+            obj = self._parse(oid)
+            if not isinstance(obj, Entry):
+                raise InvalidObject(f"object {to_hex(oid)} is not an entry; run `ctxstore fsck`")
+            if len(self._entries) >= _ENTRY_CACHE:
+                self._entries.clear()
+            self._entries[oid] = obj
         return obj
 
 
@@ -144,6 +161,26 @@ def _revisions_to_send(reader: _Reader, wants: Iterable[ObjectId],
     return order
 
 
+@dataclass(frozen=True)
+class PackPlan:
+    """What a pack will carry: its objects in pack order, and which revisions go rebuildable.
+
+    A rebuildable revision (an append whose tree the receiver can rebuild from its parent's) is sent
+    without its sequence nodes; `rebuilt` counts the nodes the receiver will rebuild. `len(plan)` is
+    the number of objects the pack holds.
+    """
+
+    objects: list[ObjectId]
+    rebuildable: frozenset[ObjectId] = frozenset()
+    rebuilt: int = 0
+
+    def __len__(self) -> int:
+        return len(self.objects)
+
+    def __iter__(self) -> Iterator[ObjectId]:
+        return iter(self.objects)
+
+
 def objects_to_send(source: ObjectSource, wants: Iterable[ObjectId],
                     haves: Iterable[ObjectId]) -> list[ObjectId]:
     """Every object reachable from `wants` and not from `haves`, in pack order, reading only what changed.
@@ -153,36 +190,90 @@ def objects_to_send(source: ObjectSource, wants: Iterable[ObjectId],
     A revision without a parent is diffed against the haves' trees. Objects come after what they point at,
     which is what makes the pack's back-references (and so small packs) work.
     """
+    return plan_pack(source, wants, haves, rebuild=False).objects
+
+
+def plan_pack(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[ObjectId], *,
+              rebuild: bool = True) -> PackPlan:
+    """Plan the pack of everything reachable from `wants` and not from `haves` (see `objects_to_send`).
+
+    With `rebuild` (pack version 2), an append revision whose tree is its parent's with the appended
+    entries added (checked here by rebuilding it the way the receiver will) is sent rebuildable: its
+    entries and the revision, and none of its sequence nodes.
+    """
     reader = _Reader(source)
     haves = list(haves)
     revisions = _revisions_to_send(reader, wants, haves)
     have_roots = [reader.revision(h).seq for h in haves if reader.source.has(h)]
     out: list[ObjectId] = []
-    sent: set[ObjectId] = set()
+    sent: set[ObjectId] = set()  # objects in the pack or rebuilt by the receiver
+    rebuildable: set[ObjectId] = set()
+    rebuilt = 0
 
     def add(oid: ObjectId) -> None:
         if oid not in sent:
             sent.add(oid)
             out.append(oid)
 
-    for oid in revisions:
-        rev = reader.revision(oid)
-        base = [reader.revision(rev.parent).seq] if rev.parent is not None else have_roots
-        d = seq.diff([rev.seq], base, reader.node)
-        present = {ObjectId(e) for leaf in d.b_leaves for _, e in leaf.items if e is not None}
-        entries = [ObjectId(e) for leaf in d.a_leaves for _, e in leaf.items if e is not None]
-        entries.extend(rev.operation_ids())
+    def add_entries(entries: Iterable[ObjectId], present: set[ObjectId] | frozenset[ObjectId]) -> None:
         for entry_oid in entries:
             if entry_oid in sent or entry_oid in present:
                 continue
             for blob in reader.entry(entry_oid).blob_ids():
                 add(blob)
             add(entry_oid)
+
+    for oid in revisions:
+        rev = reader.revision(oid)
+        if rebuild:
+            nodes = _rebuilt_nodes(reader, rev)
+            if nodes is not None:
+                add_entries(rev.operation_ids(), frozenset())
+                rebuilt += sum(1 for n in nodes if n not in sent)
+                sent.update(nodes)
+                rebuildable.add(oid)
+                add(oid)
+                continue
+        base = [reader.revision(rev.parent).seq] if rev.parent is not None else have_roots
+        d = seq.diff([rev.seq], base, reader.node)
+        present = {ObjectId(e) for leaf in d.b_leaves for _, e in leaf.items if e is not None}
+        entries = [ObjectId(e) for leaf in d.a_leaves for _, e in leaf.items if e is not None]
+        entries.extend(rev.operation_ids())
+        add_entries(entries, present)
         # diff lists inner nodes top-down, then the leaves: reversed, every node follows its children.
         for node in reversed(d.a_nodes):
             add(node)
         add(oid)
-    return out
+    return PackPlan(out, frozenset(rebuildable), rebuilt)
+
+
+def _rebuilt_nodes(reader: _Reader, rev: Revision) -> list[ObjectId] | None:
+    """The ids of the nodes a receiver makes rebuilding `rev` from its parent, or None if it cannot.
+
+    A receiver rebuilds an append revision as `seq.append` of its parent's tree (an empty tree without a
+    parent) with the appended (entry id, entry oid) pairs, and its size as the parent's plus their
+    number. Revisions for which that gives anything but their own root and size are sent in full.
+    """
+    op = rev.operation
+    if op is None or op["type"] != "append":
+        return None
+    pairs = [[i, o] for i, o in zip(op["entryIds"], op["entries"], strict=True)]
+    if any(reader.entry(ObjectId(o)).id != i for i, o in pairs):
+        return None
+    made: list[ObjectId] = []
+
+    def put(node: SeqNode) -> ObjectId:
+        nid = object_id(cbor2.dumps(node.to_value(), canonical=True))  # a node of valid items: no checks
+        reader.keep(nid, node)  # the next revision's rebuild reads it as its parent's spine
+        made.append(nid)
+        return nid
+
+    if rev.parent is None:
+        root, size = seq.build(pairs, put), len(pairs)
+    else:
+        parent = reader.revision(rev.parent)
+        root, size = seq.append(parent.seq, pairs, reader.node, put), parent.size + len(pairs)
+    return made if root == rev.seq and size == rev.size else None
 
 
 def pack(store: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[ObjectId] = (), *,
@@ -192,12 +283,15 @@ def pack(store: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[ObjectI
     The walk runs when iteration starts; objects are then read in small batches, each in its own read
     transaction, so the iterator can be consumed slowly and from any thread (as a web server does).
     """
-    return pack_objects(store, objects_to_send(store, wants, haves), level=level)
+    return pack_objects(store, plan_pack(store, wants, haves), level=level)
 
 
-def pack_objects(store: ObjectSource, oids: list[ObjectId], *, level: int = 9) -> Iterator[bytes]:
-    """The pack of the listed objects (in that order, as `objects_to_send` gives them), as bytes chunks."""
-    return _write_pack(_read_objects(store, oids), len(oids), level=level)
+def pack_objects(store: ObjectSource, plan: PackPlan | list[ObjectId], *, level: int = 9) -> Iterator[bytes]:
+    """The pack of a plan (or of listed objects, in that order, as `objects_to_send` gives them)."""
+    if not isinstance(plan, PackPlan):
+        plan = PackPlan(list(plan))
+    return _write_pack(_read_objects(store, plan.objects), len(plan), level=level,
+                       rebuildable=plan.rebuildable)
 
 
 def _read_objects(store: ObjectSource, oids: list[ObjectId]) -> Iterator[tuple[ObjectId, bytes]]:
@@ -247,7 +341,7 @@ def unpack(store: TransactionalStore, stream: PackSource, ref_updates: RefUpdate
     """
     updates = dict(ref_updates or {})
     staged = verify_pack(stream, max_object_size=max_object_size, max_total_size=max_total_size,
-                         max_objects=max_objects)
+                         max_objects=max_objects, base=store)
     with staged:
         targets = [new for _, new in updates.values() if new is not None]
         with store.transaction(write=True) as txn:

@@ -18,7 +18,7 @@ RANKS: dict[str, int] = {
     "codec": 1,
     "objects": 2, "seq": 2,
     "store": 3,
-    "pack": 4,
+    "pack": 4, "_packform": 4,
     "_workspace": 5, "_intake": 5, "_snapshot": 5, "history": 5, "budget": 5,
     "refs": 6,
     "repo": 7, "transfer": 7, "packwalk": 7,

@@ -154,13 +154,13 @@ def test_empty_pack_round_trips() -> None:
 def test_the_documented_examples_hold() -> None:
     """docs/protocol.md shows these bytes; a change here is a format change."""
     empty = pack_bytes([])
-    assert empty[:21] == bytes.fromhex("43545850 01 00 0d 28b52ffd0400 010000 99e9d851 00")
+    assert empty[:21] == bytes.fromhex("43545850 02 00 0d 28b52ffd0400 010000 99e9d851 00")
     assert empty[21:] == blake3.blake3(empty[:21]).digest()
     objs = raw([{"a": 1}])
     objs += raw([{"r": objs[0][0]}])
     objs += raw([{"r": [objs[0][0], objs[1][0]]}])
     data = pack_bytes(objs)
-    assert data[:6] == bytes.fromhex("43545850 01 03")
+    assert data[:6] == bytes.fromhex("43545850 02 03")
     frame = data[7:7 + data[6]]
     plain = zstandard.ZstdDecompressor().decompressobj().decompress(frame)
     assert plain == bytes.fromhex("04a1616101 05a16172c600 08a1617282c600c601")
@@ -289,7 +289,7 @@ def test_bytes_after_the_trailer_are_refused() -> None:
 def test_a_wrong_magic_or_version_is_refused() -> None:
     good = section([encode({"a": 1})])
     assert "not a ctxstore pack" in str(refuses(craft(good, count=1, magic=b"PACK")))
-    assert "version 2" in str(refuses(craft(good, count=1, version=2)))
+    assert "version 3" in str(refuses(craft(good, count=1, version=3)))
 
 
 def test_a_wrong_count_is_refused() -> None:
@@ -429,3 +429,119 @@ def test_valid_cbor_of_any_shape_is_refused_or_read_never_crash(value: object, j
     _only_bad_pack(craft(section([body]), count=1))
     _only_bad_pack(craft(section([body + junk]), count=1))
     _only_bad_pack(craft(section([codec.encode({"type": "revision", "x": value})]), count=1))
+
+
+# -- rebuildable revisions (version 2) -------------------------------------------------------------------
+
+def rebuildable_pack(objects: list[tuple[ObjectId, bytes]]) -> tuple[bytes, list[tuple[ObjectId, bytes]]]:
+    """The pack of a chain with every append revision rebuildable (no seq nodes), and what it must give."""
+    kinds = {oid: type(parse_object(data)) for oid, data in objects}
+    sent = [(o, d) for o, d in objects if kinds[o] is not SeqNode]
+    revisions = {o for o, d in objects if kinds[o] is Revision}
+    empty = encode_object(SeqNode(0, []))[0]  # `chain` starts from it; no revision's tree holds it
+    return (b"".join(write_pack(sent, len(sent), rebuildable=revisions)),
+            [(o, d) for o, d in objects if o != empty])
+
+
+def tag(n: int, value: object) -> cbor2.CBORTag:
+    return cbor2.CBORTag(n, value)
+
+
+DERIVED = tag(7, None)
+
+
+def test_rebuildable_revisions_round_trip_to_the_same_objects() -> None:
+    objects, _ = chain(60)
+    data, expected = rebuildable_pack(objects)
+    got = read_all(data)
+    assert sorted(got) == sorted(expected)
+    # Each rebuilt node comes before the revision that needs it, as a receiver stores them.
+    position = {oid: i for i, (oid, _) in enumerate(got)}
+    for oid, body in got:
+        obj = parse_object(body)
+        if isinstance(obj, Revision):
+            assert position[obj.seq] < position[oid]
+    assert len(data) < len(pack_bytes(objects)) / 2
+
+
+def test_a_version_1_pack_is_read_and_may_not_hold_rebuildable_revisions() -> None:
+    objects, _ = chain(5)
+    assert read_all(b"".join(write_pack(objects, len(objects), version=1))) == objects
+    with pytest.raises(InvalidInput, match="cannot send"):
+        b"".join(write_pack(objects, len(objects), version=1, rebuildable={objects[-1][0]}))
+    entry = next(d for o, d in objects if isinstance(parse_object(d), Entry))
+    revision = cbor2.loads(objects[-1][1])
+    revision.update(seq=DERIVED, size=DERIVED, parent=revision["parent"])
+    revision["operation"]["entryIds"] = DERIVED
+    body = cbor2.dumps(revision, canonical=True)
+    assert "tag 7 is not allowed" in str(refuses(craft(section([entry, body]), count=2, version=1)))
+
+
+def test_write_pack_refuses_to_send_a_revision_that_is_not_an_append_rebuildable() -> None:
+    objects, _ = chain(2)
+    entry = next(o for o, d in objects if isinstance(parse_object(d), Entry))
+    with pytest.raises(InvalidInput, match="not an append revision"):
+        b"".join(write_pack(objects, len(objects), rebuildable={entry}))
+
+
+def _first_revision_records(first_tag: object = DERIVED, size: object = DERIVED, ids: object = DERIVED,
+                            op_type: str = "append") -> list[bytes]:
+    """An entry and a rebuildable revision appending it, with chosen fields (a valid pair by default)."""
+    entry = Entry("e1", "turn", {"role": "user", "content": "hello"})
+    op = {"type": op_type, "entries": [tag(6, 0)], "entryIds": ids}
+    revision = {"type": "revision", "createdAt": 1, "operation": op, "seq": first_tag, "size": size}
+    return [encode_object(entry)[1], cbor2.dumps(revision, canonical=True)]
+
+
+def test_a_crafted_rebuildable_revision_is_rebuilt() -> None:
+    got = read_all(craft(section(_first_revision_records()), count=2))
+    revision = parse_object(got[-1][1])
+    assert isinstance(revision, Revision) and revision.size == 1
+    assert revision.operation == {"type": "append", "entries": [got[0][0]], "entryIds": ["e1"]}
+    assert got[1][0] == revision.seq and parse_object(got[1][1]) == SeqNode(0, [["e1", got[0][0]]])
+
+
+@pytest.mark.parametrize(("fields", "reason"), [
+    ({"size": 1}, "all as tag 7"),
+    ({"ids": ["e1"]}, "all as tag 7"),
+    ({"op_type": "view"}, "only in a revision whose operation is an append"),
+    ({"first_tag": tag(7, 1), "size": 1, "ids": ["e1"]}, "tag 7"),
+])
+def test_malformed_rebuildable_revisions_are_refused(fields: dict[str, object], reason: str) -> None:
+    assert reason in str(refuses(craft(section(_first_revision_records(**fields)), count=2)))  # type: ignore
+
+
+def test_tag_7_outside_a_revision_is_refused() -> None:
+    body = cbor2.dumps({"type": "entry", "id": DERIVED, "kind": "turn", "message": {"role": "user"}},
+                       canonical=True)
+    assert "tag 7 is not allowed" in str(refuses(craft(section([body]), count=1)))
+
+
+def test_a_rebuild_needs_its_parent_and_entries_in_the_pack_or_the_lookup() -> None:
+    objects, _ = chain(3)
+    known = dict(rebuildable_pack(objects)[1])
+    expected = list(known.items())
+    # The pack of the third revision alone, sent rebuildable: its parent and its tree are elsewhere.
+    third = expected[-1][0]
+    entry = next(o for o, d in reversed(expected) if isinstance(parse_object(d), Entry))
+    alone = b"".join(write_pack([(entry, known[entry]), (third, known[third])], 2, rebuildable={third}))
+    error = str(refuses(alone))
+    assert "names parent revision" in error and "neither in the pack before it nor in the repository" in error
+    got = read_all(alone, lookup=known.get)
+    assert got[-1] == (third, known[third])
+    # The entry missing: the revision's entry is named by its full id, found nowhere.
+    lonely = b"".join(write_pack([(third, known[third])], 1, rebuildable={third}))
+    assert "names appended entry" in str(refuses(lonely))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_mutated_rebuildable_packs_never_crash(data: st.DataObject) -> None:
+    packed = bytearray(SMALL_REBUILT_PACK)
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(packed) - 1))
+        packed[at] ^= data.draw(st.integers(1, 255))
+    _only_bad_pack(bytes(packed))
+
+
+SMALL_REBUILT_PACK = rebuildable_pack(SMALL)[0]

@@ -6,13 +6,23 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ctxstore.codec import ObjectId, from_hex
 from ctxstore.errors import BadPack, NonFastForward
 from ctxstore.history import MessageHistory
-from ctxstore.objects import parse_object
+from ctxstore.objects import Entry, Revision, SeqNode, encode_object, parse_object
 from ctxstore.pack import read_pack
-from ctxstore.packwalk import is_ancestor, objects_to_send, pack, pack_objects, revisions_to_send, unpack
+from ctxstore.packwalk import (
+    is_ancestor,
+    objects_to_send,
+    pack,
+    pack_objects,
+    plan_pack,
+    revisions_to_send,
+    unpack,
+)
 from ctxstore.store import MemoryStore
 
 
@@ -48,6 +58,81 @@ def test_ten_appends_on_ten_thousand_send_o_of_ten_entries_and_log_n_nodes(big):
     # Each append rewrites the right spine: depth of a 10,000-item tree is about 3 levels.
     assert kinds["SeqNode"] <= 10 * 6
     assert set(kinds) <= {"Entry", "Revision", "SeqNode"}
+
+
+def test_ten_appends_are_sent_as_entries_and_rebuildable_revisions_without_tree_nodes(big):
+    store, base, head = big
+    plan = plan_pack(store, [head], [base])
+    kinds = Counter(type(parse_object(store.get(o))).__name__ for o in plan.objects)
+    assert kinds == {"Entry": 10, "Revision": 10}
+    assert plan.rebuildable == {o for o in plan.objects if isinstance(parse_object(store.get(o)), Revision)}
+    assert 10 <= plan.rebuilt <= 10 * 6
+    other = MemoryStore()
+    unpack(other, pack(store, [base]), {"refs/heads/main": (None, base)})
+    result = unpack(other, pack(store, [head], [base]), {"refs/heads/main": (base, head)})
+    assert result.objects == len(plan) + plan.rebuilt
+    assert objects_to_send(other, [head], []) == objects_to_send(store, [head], [])
+
+
+def test_an_append_revision_whose_tree_is_not_its_parents_plus_the_entries_is_sent_whole():
+    store = MemoryStore()
+    first = MessageHistory().extend([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    a = _save(store, first)
+    # An append revision that records entry "c" but whose tree is some other list: not rebuildable.
+    c_oid, c_data = encode_object(Entry("c", "turn", {"role": "user", "content": "c"}))
+    other_root, other_data = encode_object(SeqNode(0, [["c", c_oid]]))
+    rev = Revision(a, 1, {"type": "append", "entryIds": ["c"], "entries": [c_oid]}, other_root, 3)
+    b, b_data = encode_object(rev)
+    store.put_many([(c_oid, c_data), (other_root, other_data), (b, b_data)])
+    plan = plan_pack(store, [b], [a])
+    assert not plan.rebuildable and other_root in plan.objects
+    receiver = MemoryStore()
+    unpack(receiver, pack(store, [a]), {"refs/heads/main": (None, a)})
+    unpack(receiver, pack(store, [b], [a]), {"refs/heads/main": (a, b)})
+    assert receiver.get(other_root) == other_data and receiver.get(b) == b_data
+
+
+_OPS = st.lists(st.tuples(st.sampled_from(["append", "extend", "remove", "replace", "fork", "view"]),
+                          st.integers(0, 50)), min_size=1, max_size=25)
+
+
+def _apply(history: MessageHistory, op: str, n: int) -> MessageHistory:
+    ids = [e.id for e in history.refs()]
+    if op == "append":
+        return history.append({"role": "user", "content": f"m{n}"})
+    if op == "extend":
+        return history.extend([{"role": "assistant", "content": f"x{n}-{i}"} for i in range(n % 40 + 1)])
+    if op == "fork":
+        return history.fork()
+    if not ids:
+        return history.append({"role": "user", "content": f"first {n}"})
+    target = ids[n % len(ids)]
+    if op == "remove":
+        return history.edit({"op": "remove", "id": target})
+    if op == "replace":
+        return history.edit({"op": "replace", "id": target, "entries": [{"role": "user", "content": f"r{n}"}]})
+    return history.with_view(ids[: n % len(ids) + 1])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_OPS, _OPS, st.integers(0, 300))
+def test_packs_of_any_history_round_trip_from_any_base(before: list[Any], after: list[Any], start: int):
+    """Whatever the operations, the receiver of a pack ends up with every object the head reaches."""
+    store = MemoryStore()
+    history = MessageHistory().extend([{"role": "user", "content": f"s{i}"} for i in range(start)])
+    for op, n in before:
+        history = _apply(history, op, n)
+    base = _save(store, history)
+    history = MessageHistory(source=store, head=history.revision_id)
+    for op, n in after:
+        history = _apply(history, op, n)
+    head = _save(store, history)
+    receiver = MemoryStore()
+    unpack(receiver, pack(store, [base]), {"refs/heads/main": (None, base)})
+    unpack(receiver, pack(store, [head], [base]), {"refs/heads/main": (base, head)})
+    assert sorted(objects_to_send(receiver, [head], [])) == sorted(objects_to_send(store, [head], []))
+    rendered = MessageHistory(source=receiver, head=history.revision_id).render()
+    assert rendered == history.render()
 
 
 def test_pack_round_trips_into_an_empty_store_and_then_incrementally(big):
@@ -168,5 +253,16 @@ def test_moved_ref_raises_non_fast_forward_and_writes_nothing(pair):
 
 def test_read_pack_of_walk_output_verifies(big):
     store, base, head = big
-    sent = [oid for oid, _ in read_pack(pack(store, [head], [base]))]
-    assert sent == objects_to_send(store, [head], [base])
+    plan = plan_pack(store, [head], [base])
+    assert plan.rebuildable and plan.rebuilt > 0
+    got = [oid for oid, _ in read_pack(pack(store, [head], [base]), lookup=_lookup(store))]
+    # The records in plan order, each rebuildable revision preceded by the nodes rebuilt for it: together
+    # exactly the objects a pack without rebuilding carries.
+    records = set(plan.objects)
+    assert [o for o in got if o in records] == plan.objects
+    assert len(got) == len(plan) + plan.rebuilt
+    assert sorted(got) == sorted(objects_to_send(store, [head], [base]))
+
+
+def _lookup(store):
+    return lambda oid: store.get(oid) if store.has(oid) else None

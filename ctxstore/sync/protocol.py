@@ -30,8 +30,9 @@ from ..errors import (
     UnknownRef,
 )
 from ..pack import VERSION as PACK_VERSION
+from ..pack import VERSIONS as PACK_VERSIONS
 from ..pack import PackSource
-from ..packwalk import UnpackResult, is_ancestor, objects_to_send, pack_objects, unpack
+from ..packwalk import PackPlan, UnpackResult, is_ancestor, pack_objects, plan_pack, unpack
 from ..refs import ANY, HEADS, TAGS, check_ref_name
 from ..store.base import TransactionalStore
 
@@ -154,7 +155,7 @@ class Advertisement:
 
     refs: dict[str, ObjectId]
     protocol: int = PROTOCOL_VERSION
-    pack_versions: tuple[int, ...] = (PACK_VERSION,)
+    pack_versions: tuple[int, ...] = PACK_VERSIONS
 
     def to_message(self) -> dict[str, Any]:
         return {"protocol": self.protocol, "packVersions": list(self.pack_versions), "refs": dict(self.refs)}
@@ -224,18 +225,18 @@ class Service:
             refs = {n: o for n, o in txn.refs("refs/").items() if n.startswith((HEADS, TAGS))}
         return Advertisement(refs)
 
-    def plan_fetch(self, request: Mapping[str, Any]) -> list[ObjectId]:
-        """The objects a fetch request asks for (empty: nothing to send), checked before any is sent."""
+    def plan_fetch(self, request: Mapping[str, Any]) -> PackPlan:
+        """The pack a fetch request asks for (empty: nothing to send), checked before any is sent."""
         wants = _oid_list(request.get("wants", []), "wants")
         haves = _oid_list(request.get("haves", []), "haves")
         for want in wants:
             if not self.store.has(want):
                 raise MissingObject(f"the server has no revision {to_hex(want)}; fetch the refs again")
-        return objects_to_send(self.store, wants, haves) if wants else []
+        return plan_pack(self.store, wants, haves) if wants else PackPlan([])
 
-    def send(self, oids: list[ObjectId]) -> Iterator[bytes]:
-        """The pack of planned objects, as bytes chunks."""
-        return pack_objects(self.store, oids)
+    def send(self, plan: PackPlan) -> Iterator[bytes]:
+        """The pack of a plan, as bytes chunks."""
+        return pack_objects(self.store, plan)
 
     def receive_push(self, request: Mapping[str, Any], stream: PackSource) -> dict[str, Any]:
         """Verify and apply a push: its pack and ref updates land together or not at all."""

@@ -1,0 +1,262 @@
+"""The pack form of an object: how one object is written into a pack's stream and restored from it.
+
+Two substitutions make the pack form smaller than the object. A 32-byte id of an earlier object of the
+same pack becomes a back-reference (CBOR tag 6 holding that object's position). And a revision made by
+appending entries to its parent can be sent *rebuildable* (pack version 2): its sequence root, its size
+and its operation's entry ids are each replaced by CBOR tag 7 (null), because the receiver computes them
+from the parent's tree and the appended entries, and its sequence nodes are not sent at all. The
+receiver rebuilds them with `seq.append`, which gives the same tree as the sender's by the chunking
+rule, and hashes the result like any other object: a wrong rebuild gives a different id, never a
+silently different object. ``docs/protocol.md`` specifies both.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import cbor2
+
+from . import seq
+from .codec import MAX_DEPTH, OID_SIZE, ObjectId, object_id, to_hex
+from .errors import BadPack, CtxStoreError, InvalidInput
+from .objects import Entry, Object, Revision, SeqNode, parse_object
+
+__all__ = ["BACKREF_TAG", "DERIVED_TAG", "Lookup", "Rebuilder", "decode_record", "encode_record", "rebuildable"]
+
+BACKREF_TAG = 6
+"""CBOR tag of a back-reference; stored objects never contain tags, so it cannot be confused."""
+DERIVED_TAG = 7
+"""CBOR tag (holding null) of a revision field the receiver computes: seq, size, the append's entryIds."""
+
+_DERIVED = cbor2.CBORTag(DERIVED_TAG, None)
+_RECENT = 8192
+_RECENT_SIZE = 1 << 16
+
+
+def _substitute(value: Any, index: Mapping[bytes, int]) -> tuple[Any, bool]:
+    """The value with every id of an earlier pack object replaced by a back-reference."""
+    t = type(value)
+    if t is bytes:
+        if len(value) == OID_SIZE:
+            at = index.get(value)
+            if at is not None:
+                # The absolute position, not the distance: successive versions of a sequence node then
+                # repeat each other byte for byte, which the compressor turns into long matches.
+                return cbor2.CBORTag(BACKREF_TAG, at), True
+        return value, False
+    if t is list:
+        changed = False
+        out = []
+        for item in value:
+            new, c = _substitute(item, index)
+            out.append(new)
+            changed |= c
+        return (out, True) if changed else (value, False)
+    if t is dict:
+        changed = False
+        new_map = {}
+        for key, item in value.items():
+            new, c = _substitute(item, index)
+            new_map[key] = new
+            changed |= c
+        return (new_map, True) if changed else (value, False)
+    return value, False
+
+
+def rebuildable(value: Any) -> bool:
+    """Whether a decoded object is a revision made by an append (the only kind sent rebuildable)."""
+    op = value.get("operation") if type(value) is dict and value.get("type") == "revision" else None
+    return type(op) is dict and op.get("type") == "append"
+
+
+def encode_record(data: bytes, index: Mapping[bytes, int], *, rebuild: bool = False) -> bytes:
+    """The pack form of the object with canonical bytes `data`, sent after the objects in `index`.
+
+    With `rebuild`, the object must be an append revision, and its seq, size and entryIds are sent as
+    tag 7 for the receiver to compute (the caller has checked that the computation gives them back).
+    """
+    value = cbor2.loads(data)
+    if rebuild:
+        if not rebuildable(value):
+            raise InvalidInput(f"object {to_hex(object_id(data))} is not an append revision; only those are "
+                               "sent rebuildable")
+        value["seq"] = value["size"] = _DERIVED
+        value["operation"] = {**value["operation"], "entryIds": _DERIVED}
+    new, changed = _substitute(value, index)
+    return cbor2.dumps(new, canonical=True) if changed or rebuild else data
+
+
+class _Restore:
+    """Turns a decoded pack form back into the object's value, refusing anything a writer cannot send."""
+
+    def __init__(self, oids: Sequence[bytes], index: Mapping[bytes, int]) -> None:
+        self.oids = oids
+        self.index = index
+        self.resolved = 0  # back-references resolved so far
+
+    def value(self, value: Any, depth: int = 0) -> Any:
+        t = type(value)
+        if t is str or t is bool or value is None:
+            return value
+        if t is int:
+            if not -(2**64) <= value < 2**64:
+                raise BadPack(f"integer {value} does not fit in 64 bits")
+            return value
+        if t is bytes:
+            if len(value) == OID_SIZE and value in self.index:
+                # A writer sends every such id as a back-reference; the bytes form is a second encoding.
+                raise BadPack(f"the id of object {self.index[value]} is not sent as a back-reference")
+            return value
+        if depth >= MAX_DEPTH:
+            raise BadPack(f"nested deeper than {MAX_DEPTH} levels")
+        if t is list:
+            return [self.value(item, depth + 1) for item in value]
+        if t is dict:
+            out = {}
+            for key, item in value.items():
+                if type(key) is not str:
+                    raise BadPack(f"map key {key!r} is not text")
+                out[key] = self.value(item, depth + 1)
+            return out
+        if t is cbor2.CBORTag and value.tag == BACKREF_TAG:
+            at = value.value
+            if type(at) is not int or not 0 <= at < len(self.oids):
+                raise BadPack(f"back-reference {at!r} does not name an earlier object")
+            self.resolved += 1
+            return self.oids[at]
+        if t is float:
+            if not math.isfinite(value):
+                raise BadPack(f"{value} is not allowed (no NaN or infinities)")
+            return value
+        if t is cbor2.CBORTag:
+            where = "outside a rebuildable revision's seq, size and entryIds" if value.tag == DERIVED_TAG else ""
+            raise BadPack(f"CBOR tag {value.tag} is not allowed {where}".rstrip())
+        raise BadPack(f"holds a {t.__name__}, which objects never contain (a CBOR tag?)")
+
+
+def _split_derived(raw: Any) -> bool:
+    """Whether a decoded record is a rebuildable revision; its tag-7 fields are removed if so.
+
+    A record is rebuildable when its seq is tag 7; then its size and its append operation's entryIds
+    must be tag 7 too (all three or none, so that each object has one pack form).
+    """
+    if type(raw) is not dict or raw.get("seq") != _DERIVED:
+        return False
+    op = raw.get("operation")
+    if raw.get("type") != "revision" or type(op) is not dict or op.get("type") != "append":
+        raise BadPack("a tag-7 seq is allowed only in a revision whose operation is an append")
+    if raw.get("size") != _DERIVED or op.get("entryIds") != _DERIVED:
+        raise BadPack("a rebuildable revision sends seq, size and operation entryIds all as tag 7")
+    del raw["seq"], raw["size"], op["entryIds"]
+    return True
+
+
+Lookup = Callable[[ObjectId], bytes | None]
+
+
+class Rebuilder:
+    """Restores records in pack order: resolves back-references and rebuilds rebuildable revisions.
+
+    A rebuild reads the parent revision, the entries the append names and the parent's sequence nodes,
+    from the objects this rebuilder has seen recently, else through `lookup` (the objects of this pack
+    held aside, then the receiving repository). The nodes a rebuild makes are handed back to be stored
+    like the pack's own objects.
+    """
+
+    def __init__(self, lookup: Lookup | None = None, *, rebuild: bool = True) -> None:
+        self.oids: list[bytes] = []
+        self.index: dict[bytes, int] = {}
+        self.rebuilt: set[bytes] = set()
+        self._restore = _Restore(self.oids, self.index)
+        self._lookup = lookup
+        self._rebuild = rebuild
+        self._recent: dict[bytes, Object | bytes] = {}
+
+    def remember(self, oid: ObjectId, data: bytes | Object) -> None:
+        """Keep an object at hand for the rebuilds that follow (bounded; older ones go to `lookup`)."""
+        if type(data) is bytes and len(data) > _RECENT_SIZE:
+            return  # a large blob: rebuilds never read blobs
+        if len(self._recent) >= _RECENT:
+            self._recent.clear()
+        self._recent[oid] = data
+
+    def add_record(self, oid: ObjectId) -> int:
+        """Number the next record (what back-references count); returns its position."""
+        here = len(self.oids)
+        self.oids.append(oid)
+        self.index[oid] = here
+        return here
+
+    def _get(self, oid: ObjectId, kind: type, what: str) -> Any:
+        found = self._recent.get(oid)
+        if found is None and self._lookup is not None:
+            found = self._lookup(oid)
+        if found is None:
+            raise BadPack(f"names {what} {to_hex(oid)[:12]}, which is neither in the pack before it nor in "
+                          "the repository")
+        if type(found) is bytes:
+            try:
+                found = parse_object(found, trusted=True)
+            except CtxStoreError as exc:
+                raise BadPack(f"names {what} {to_hex(oid)[:12]}, which is not a valid object: {exc}") from None
+            self.remember(oid, found)
+        if not isinstance(found, kind):
+            raise BadPack(f"names {what} {to_hex(oid)[:12]}, which is a {type(found).__name__.lower()}, "
+                          f"not a{'n' if kind is Entry else ''} {kind.__name__.lower()}")
+        return found
+
+    def restore(self, raw: Any) -> tuple[Any, list[tuple[ObjectId, bytes, SeqNode]], bool]:
+        """The object value a decoded record stands for, the nodes rebuilt for it (to store first), and
+        whether the value differs from the record (False: the record's bytes are the object's)."""
+        derived = self._rebuild and _split_derived(raw)
+        before = self._restore.resolved
+        value = self._restore.value(raw)
+        if not derived:
+            return value, [], self._restore.resolved != before
+        op = value["operation"]
+        oids = op.get("entries")
+        if type(oids) is not list or not all(type(o) is bytes and len(o) == OID_SIZE for o in oids):
+            raise BadPack("a rebuildable revision's append entries must be a list of object ids")
+        ids = [self._get(ObjectId(o), Entry, "appended entry").id for o in oids]
+        pairs = [[i, o] for i, o in zip(ids, oids, strict=True)]
+        made: list[tuple[ObjectId, bytes, SeqNode]] = []
+
+        def put(node: SeqNode) -> ObjectId:
+            data = cbor2.dumps(node.to_value(), canonical=True)  # items from checked objects: no checks
+            nid = object_id(data)
+            self.remember(nid, node)
+            made.append((nid, data, node))
+            return nid
+
+        def get(nid: ObjectId) -> SeqNode:
+            node: SeqNode = self._get(nid, SeqNode, "sequence node")
+            return node
+
+        parent = value.get("parent")
+        if parent is None:
+            root, size = seq.build(pairs, put), len(pairs)
+        else:
+            if type(parent) is not bytes or len(parent) != OID_SIZE:
+                raise BadPack("a rebuildable revision's parent must be an object id")
+            prev: Revision = self._get(ObjectId(parent), Revision, "parent revision")
+            root, size = seq.append(prev.seq, pairs, get, put), prev.size + len(pairs)
+        value["seq"], value["size"] = root, size
+        op["entryIds"] = ids
+        return value, made, True
+
+
+def decode_record(body: bytes, rebuilder: Rebuilder) -> tuple[bytes, list[tuple[ObjectId, bytes, SeqNode]]]:
+    """The canonical bytes of the object a record carries (checking its pack form is the only one), and
+    the nodes rebuilt for it. Raises `BadPack` with the reason (the caller adds where)."""
+    try:
+        raw = cbor2.loads(body, max_depth=MAX_DEPTH + 2)
+        canonical = cbor2.dumps(raw, canonical=True) == body
+    except Exception as exc:  # cbor2 raises CBORDecodeError, ValueError, TypeError, OverflowError...
+        raise BadPack(f"is not valid CBOR: {exc}") from None
+    if not canonical:
+        raise BadPack("is not canonical CBOR (unsorted or duplicate map keys, a non-shortest integer, length "
+                      "or float, an indefinite length or trailing bytes)")
+    value, made, changed = rebuilder.restore(raw)
+    return (cbor2.dumps(value, canonical=True) if changed else body), made
