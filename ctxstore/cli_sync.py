@@ -130,7 +130,7 @@ def _serve_stdio(root: Path) -> None:
 @click.argument("remote", default="origin")
 @_token_option
 def fetch(remote: str, token: str | None) -> None:
-    """Bring REMOTE's heads into refs/remotes/REMOTE/* (only what is new moves)."""
+    """Bring REMOTE's heads into refs/remotes/REMOTE/* and its new tags into refs/tags/ (only what is new moves)."""
     from .sync import fetch as do_fetch
 
     state = current_context()

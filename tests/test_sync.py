@@ -73,6 +73,19 @@ def test_clone_records_origin_and_creates_local_heads(hub, mine):
     assert _msgs(mine) == ["hello"]
 
 
+def test_fetch_creates_the_remotes_new_tags_and_never_moves_a_local_one(hub, mine):
+    hub.append("main", [{"role": "user", "content": "released"}])
+    hub.set_ref("refs/tags/v1", hub.head("main"))
+    hub.set_ref("refs/tags/v0", hub.head("side"))
+    mine.set_ref("refs/tags/v0", mine.head("main"))  # a local tag of the same name, elsewhere
+    result = sync.fetch(mine, "origin")
+    assert mine.refs("refs/tags/") == {"refs/tags/v1": hub.head("main"), "refs/tags/v0": mine.head("main")}
+    assert "refs/tags/v1" in result.updated and "refs/tags/v0" not in result.updated
+    assert _msgs(mine, "refs/tags/v1") == ["hello", "released"]
+    counting = CountingTransport(hub.path)
+    assert sync.fetch(mine, "origin", transport=counting).updated == {} and counting.fetches == 0
+
+
 def test_noop_fetch_asks_for_no_pack(hub, mine):
     counting = CountingTransport(hub.path)
     result = sync.fetch(mine, "origin", transport=counting)

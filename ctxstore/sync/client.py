@@ -136,8 +136,10 @@ def fetch(repo: Repository, remote: str = "origin", *, token: str | None = None,
           transport: Transport | None = None, progress: Progress | None = None) -> FetchResult:
     """Bring the remote's heads into ``refs/remotes/<remote>/*``, receiving only what is new.
 
-    With nothing new this is one round trip and no pack. Tracking refs of heads the remote no longer has
-    are deleted. `transport` overrides the remote's URL (for tests and embedding).
+    The remote's tags that this repository lacks are created under ``refs/tags/`` (a local tag of the
+    same name is left as it is). With nothing new this is one round trip and no pack. Tracking refs of
+    heads the remote no longer has are deleted. `transport` overrides the remote's URL (for tests and
+    embedding).
     """
     _check_remote_name(remote)
     store = repo.store
@@ -150,10 +152,15 @@ def fetch(repo: Repository, remote: str = "origin", *, token: str | None = None,
             current = txn.refs(prefix)
             haves = sorted({oid for name, oid in txn.refs("refs/").items()
                             if name.startswith((HEADS, REMOTES))})
+            local_tags = txn.refs(TAGS)
         updates: dict[str, tuple[Any, ObjectId | None]] = {
             name: (current.get(name), oid) for name, oid in wanted.items() if current.get(name) != oid}
         updates.update({name: (oid, None) for name, oid in current.items() if name not in wanted})
-        wants = sorted({oid for oid in wanted.values() if not store.has(oid)})
+        # Tags are shared names: the remote's tags this repository lacks are created, as git's fetch
+        # does; a local tag of the same name is never moved (delete it to take the remote's).
+        updates.update({name: (None, oid) for name, oid in advert.refs.items()
+                        if name.startswith(TAGS) and name not in local_tags})
+        wants = sorted({new for _, new in updates.values() if new is not None and not store.has(new)})
         message = f"fetch {remote}"
         if wants:
             counted: _Counted | None = None
