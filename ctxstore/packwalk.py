@@ -71,15 +71,12 @@ class _Reader:
         return rev
 
     def node(self, oid: ObjectId) -> SeqNode:
-        node = self._nodes.get(oid)
-        if node is None:
-            obj = self._parse(oid)
-            if not isinstance(obj, SeqNode):
-                raise InvalidObject(f"object {to_hex(oid)} is not a sequence node; run `ctxstore fsck`")
-            if len(self._nodes) >= _NODE_CACHE:
-                self._nodes.clear()
-            node = self._nodes[oid] = obj
+        node: SeqNode = self._cached(oid, SeqNode, self._nodes, _NODE_CACHE)
         return node
+
+    def entry(self, oid: ObjectId) -> Entry:
+        entry: Entry = self._cached(oid, Entry, self._entries, _ENTRY_CACHE)
+        return entry
 
     def keep(self, oid: ObjectId, node: SeqNode) -> None:
         """Cache a node made here (content-addressed: the id names exactly this content)."""
@@ -87,15 +84,16 @@ class _Reader:
             self._nodes.clear()
         self._nodes[oid] = node
 
-    def entry(self, oid: ObjectId) -> Entry:
-        obj = self._entries.get(oid)
+    def _cached(self, oid: ObjectId, kind: type, cache: dict[ObjectId, Any], limit: int) -> Any:
+        obj = cache.get(oid)
         if obj is None:
             obj = self._parse(oid)
-            if not isinstance(obj, Entry):
-                raise InvalidObject(f"object {to_hex(oid)} is not an entry; run `ctxstore fsck`")
-            if len(self._entries) >= _ENTRY_CACHE:
-                self._entries.clear()
-            self._entries[oid] = obj
+            if not isinstance(obj, kind):
+                raise InvalidObject(f"object {to_hex(oid)} is a {type(obj).__name__.lower()}, not a "
+                                    f"{'sequence node' if kind is SeqNode else 'entry'}; run `ctxstore fsck`")
+            if len(cache) >= limit:
+                cache.clear()
+            cache[oid] = obj
         return obj
 
 
