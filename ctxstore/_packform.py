@@ -1,7 +1,7 @@
 """The pack form of an object: how one object is written into a pack's stream and restored from it.
 
 Two substitutions make the pack form smaller than the object. A 32-byte id of an earlier object of the
-same pack becomes a back-reference (CBOR tag 6 holding that object's position). And a revision made by
+same pack becomes a back-reference (CBOR tag 6 holding how far back it is). And a revision made by
 appending entries to its parent can be sent *rebuildable* (pack version 2): its sequence root, its size
 and its operation's entry ids are each replaced by CBOR tag 7 (null), because the receiver computes them
 from the parent's tree and the appended entries, and its sequence nodes are not sent at all. The
@@ -31,26 +31,31 @@ DERIVED_TAG = 7
 """CBOR tag (holding null) of a revision field the receiver computes: seq, size, the append's entryIds."""
 
 _DERIVED = cbor2.CBORTag(DERIVED_TAG, None)
+_OID_HEAD = bytes([0x58, OID_SIZE])  # the CBOR head of a 32-byte byte string
 _RECENT = 8192
 _RECENT_SIZE = 1 << 16
+_ENTRY_IDS = 1 << 18
 
 
-def _substitute(value: Any, index: Mapping[bytes, int]) -> tuple[Any, bool]:
-    """The value with every id of an earlier pack object replaced by a back-reference."""
+def _substitute(value: Any, index: Mapping[bytes, int], here: int) -> tuple[Any, bool]:
+    """The value with every id of an earlier pack object replaced by a back-reference.
+
+    Version 2 sends the distance back from object `here` (version 1, `here` < 0, the position): each
+    revision of a chain then names its parent and its entry by the same small numbers, so successive
+    revisions repeat each other byte for byte and compress to little more than their timestamps.
+    """
     t = type(value)
     if t is bytes:
         if len(value) == OID_SIZE:
             at = index.get(value)
             if at is not None:
-                # The absolute position, not the distance: successive versions of a sequence node then
-                # repeat each other byte for byte, which the compressor turns into long matches.
-                return cbor2.CBORTag(BACKREF_TAG, at), True
+                return cbor2.CBORTag(BACKREF_TAG, at if here < 0 else here - at), True
         return value, False
     if t is list:
         changed = False
         out = []
         for item in value:
-            new, c = _substitute(item, index)
+            new, c = _substitute(item, index, here)
             out.append(new)
             changed |= c
         return (out, True) if changed else (value, False)
@@ -58,7 +63,7 @@ def _substitute(value: Any, index: Mapping[bytes, int]) -> tuple[Any, bool]:
         changed = False
         new_map = {}
         for key, item in value.items():
-            new, c = _substitute(item, index)
+            new, c = _substitute(item, index, here)
             new_map[key] = new
             changed |= c
         return (new_map, True) if changed else (value, False)
@@ -71,12 +76,15 @@ def rebuildable(value: Any) -> bool:
     return type(op) is dict and op.get("type") == "append"
 
 
-def encode_record(data: bytes, index: Mapping[bytes, int], *, rebuild: bool = False) -> bytes:
-    """The pack form of the object with canonical bytes `data`, sent after the objects in `index`.
+def encode_record(data: bytes, index: Mapping[bytes, int], *, rebuild: bool = False, version: int = 2) -> bytes:
+    """The pack form of the object with canonical bytes `data`, sent after the objects in `index` (the
+    positions of the records before it) in a pack of `version`.
 
     With `rebuild`, the object must be an append revision, and its seq, size and entryIds are sent as
     tag 7 for the receiver to compute (the caller has checked that the computation gives them back).
     """
+    if not rebuild and _OID_HEAD not in data:
+        return data  # holds no 32-byte byte string, so nothing to replace (most entries)
     value = cbor2.loads(data)
     if rebuild:
         if not rebuildable(value):
@@ -84,16 +92,17 @@ def encode_record(data: bytes, index: Mapping[bytes, int], *, rebuild: bool = Fa
                                "sent rebuildable")
         value["seq"] = value["size"] = _DERIVED
         value["operation"] = {**value["operation"], "entryIds": _DERIVED}
-    new, changed = _substitute(value, index)
+    new, changed = _substitute(value, index, len(index) if version >= 2 else -1)
     return cbor2.dumps(new, canonical=True) if changed or rebuild else data
 
 
 class _Restore:
     """Turns a decoded pack form back into the object's value, refusing anything a writer cannot send."""
 
-    def __init__(self, oids: Sequence[bytes], index: Mapping[bytes, int]) -> None:
+    def __init__(self, oids: Sequence[bytes], index: Mapping[bytes, int], relative: bool) -> None:
         self.oids = oids
         self.index = index
+        self.relative = relative
         self.resolved = 0  # back-references resolved so far
 
     def value(self, value: Any, depth: int = 0) -> Any:
@@ -121,9 +130,10 @@ class _Restore:
                 out[key] = self.value(item, depth + 1)
             return out
         if t is cbor2.CBORTag and value.tag == BACKREF_TAG:
-            at = value.value
-            if type(at) is not int or not 0 <= at < len(self.oids):
-                raise BadPack(f"back-reference {at!r} does not name an earlier object")
+            n = value.value
+            at = len(self.oids) - n if self.relative and type(n) is int else n
+            if type(n) is not int or not 0 <= at < len(self.oids) or (self.relative and n == 0):
+                raise BadPack(f"back-reference {n!r} does not name an earlier object")
             self.resolved += 1
             return self.oids[at]
         if t is float:
@@ -165,17 +175,23 @@ class Rebuilder:
     like the pack's own objects.
     """
 
-    def __init__(self, lookup: Lookup | None = None, *, rebuild: bool = True) -> None:
+    def __init__(self, lookup: Lookup | None = None, *, version: int = 2) -> None:
         self.oids: list[bytes] = []
         self.index: dict[bytes, int] = {}
         self.rebuilt: set[bytes] = set()
-        self._restore = _Restore(self.oids, self.index)
+        self._restore = _Restore(self.oids, self.index, relative=version >= 2)
         self._lookup = lookup
-        self._rebuild = rebuild
+        self._rebuild = version >= 2
         self._recent: dict[bytes, Object | bytes] = {}
+        self._entry_ids: dict[bytes, str] = {}  # all a rebuild needs of an entry, so many are kept
 
     def remember(self, oid: ObjectId, data: bytes | Object) -> None:
         """Keep an object at hand for the rebuilds that follow (bounded; older ones go to `lookup`)."""
+        if isinstance(data, Entry):
+            if len(self._entry_ids) >= _ENTRY_IDS:
+                self._entry_ids.clear()
+            self._entry_ids[oid] = data.id
+            return
         if type(data) is bytes and len(data) > _RECENT_SIZE:
             return  # a large blob: rebuilds never read blobs
         if len(self._recent) >= _RECENT:
@@ -219,7 +235,7 @@ class Rebuilder:
         oids = op.get("entries")
         if type(oids) is not list or not all(type(o) is bytes and len(o) == OID_SIZE for o in oids):
             raise BadPack("a rebuildable revision's append entries must be a list of object ids")
-        ids = [self._get(ObjectId(o), Entry, "appended entry").id for o in oids]
+        ids = [self._entry_ids.get(o) or self._get(ObjectId(o), Entry, "appended entry").id for o in oids]
         pairs = [[i, o] for i, o in zip(ids, oids, strict=True)]
         made: list[tuple[ObjectId, bytes, SeqNode]] = []
 

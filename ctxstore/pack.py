@@ -3,7 +3,7 @@
 A pack is a header (magic, version, object count), one zstd stream holding the objects as
 length-prefixed CBOR, and a blake3 trailer over everything before it. Object ids are not sent: the
 receiver hashes every object itself. Inside an object, a 32-byte object id that names an earlier object
-of the same pack is sent as a short back-reference (CBOR tag 6 holding its position in the pack), so the
+of the same pack is sent as a short back-reference (CBOR tag 6 holding how many objects back it is), so the
 hashes that revisions and sequence nodes are mostly made of cost a byte or two on the wire; and an append
 revision can be sent *rebuildable*, without its sequence nodes, which the reader rebuilds from the
 parent's tree (`ctxstore._packform`). The byte layout is specified in ``docs/protocol.md``.
@@ -150,7 +150,7 @@ def write_pack(objects: Iterable[tuple[ObjectId, bytes]], count: int, *, level: 
         rebuild = oid in rebuildable
         if rebuild and version < 2:
             raise InvalidInput(f"pack version {version} cannot send revision {to_hex(oid)} rebuildable")
-        body = encode_record(data, index, rebuild=rebuild)
+        body = encode_record(data, index, rebuild=rebuild, version=version)
         index[oid] = here
         plain += _varint(len(body))
         plain += body
@@ -382,7 +382,7 @@ def _read(source: PackSource, max_object_size: int, max_total_size: int, max_obj
         raise BadPack(f"bad pack: it declares {count} objects, over the limit of {max_objects}; "
                       "raise max_objects if this pack is expected")
     inflater = _Inflater(wire, max_total_size)
-    rebuilder = Rebuilder(lookup, rebuild=version >= 2)
+    rebuilder = Rebuilder(lookup, version=version)
     index, rebuilt = rebuilder.index, rebuilder.rebuilt
     for here in range(count):
         at = inflater.consumed

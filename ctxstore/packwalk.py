@@ -199,6 +199,14 @@ def plan_pack(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[O
     entries added (checked here by rebuilding it the way the receiver will) is sent rebuildable: its
     entries and the revision, and none of its sequence nodes.
     """
+    txn_of: Callable[..., Any] | None = getattr(source, "transaction", None)
+    if txn_of is not None:
+        with txn_of() as txn:  # one read transaction for the whole walk, not one per object read
+            return _plan(txn, wants, haves, rebuild)
+    return _plan(source, wants, haves, rebuild)
+
+
+def _plan(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[ObjectId], rebuild: bool) -> PackPlan:
     reader = _Reader(source)
     haves = list(haves)
     revisions = _revisions_to_send(reader, wants, haves)
@@ -213,20 +221,23 @@ def plan_pack(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[O
             sent.add(oid)
             out.append(oid)
 
-    def add_entries(entries: Iterable[ObjectId], present: set[ObjectId] | frozenset[ObjectId]) -> None:
+    def add_entries(entries: Iterable[ObjectId], present: set[ObjectId] | frozenset[ObjectId],
+                    blobs: Mapping[ObjectId, tuple[ObjectId, ...]]) -> None:
         for entry_oid in entries:
             if entry_oid in sent or entry_oid in present:
                 continue
-            for blob in reader.entry(entry_oid).blob_ids():
+            found = blobs.get(entry_oid)
+            for blob in reader.entry(entry_oid).blob_ids() if found is None else found:
                 add(blob)
             add(entry_oid)
 
     for oid in revisions:
         rev = reader.revision(oid)
         if rebuild:
-            nodes = _rebuilt_nodes(reader, rev)
-            if nodes is not None:
-                add_entries(rev.operation_ids(), frozenset())
+            rebuilds = _rebuild(reader, rev)
+            if rebuilds is not None:
+                nodes, blobs = rebuilds
+                add_entries(rev.operation_ids(), frozenset(), blobs)
                 rebuilt += sum(1 for n in nodes if n not in sent)
                 sent.update(nodes)
                 rebuildable.add(oid)
@@ -237,7 +248,7 @@ def plan_pack(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[O
         present = {ObjectId(e) for leaf in d.b_leaves for _, e in leaf.items if e is not None}
         entries = [ObjectId(e) for leaf in d.a_leaves for _, e in leaf.items if e is not None]
         entries.extend(rev.operation_ids())
-        add_entries(entries, present)
+        add_entries(entries, present, {})
         # diff lists inner nodes top-down, then the leaves: reversed, every node follows its children.
         for node in reversed(d.a_nodes):
             add(node)
@@ -245,8 +256,9 @@ def plan_pack(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[O
     return PackPlan(out, frozenset(rebuildable), rebuilt)
 
 
-def _rebuilt_nodes(reader: _Reader, rev: Revision) -> list[ObjectId] | None:
-    """The ids of the nodes a receiver makes rebuilding `rev` from its parent, or None if it cannot.
+def _rebuild(reader: _Reader, rev: Revision) -> tuple[list[ObjectId], dict[ObjectId, tuple[ObjectId, ...]]] | None:
+    """The ids of the nodes a receiver makes rebuilding `rev` from its parent, and the blobs of the
+    appended entries (read on the way); None if `rev` does not rebuild.
 
     A receiver rebuilds an append revision as `seq.append` of its parent's tree (an empty tree without a
     parent) with the appended (entry id, entry oid) pairs, and its size as the parent's plus their
@@ -256,8 +268,12 @@ def _rebuilt_nodes(reader: _Reader, rev: Revision) -> list[ObjectId] | None:
     if op is None or op["type"] != "append":
         return None
     pairs = [[i, o] for i, o in zip(op["entryIds"], op["entries"], strict=True)]
-    if any(reader.entry(ObjectId(o)).id != i for i, o in pairs):
-        return None
+    blobs: dict[ObjectId, tuple[ObjectId, ...]] = {}
+    for entry_id, entry_oid in pairs:
+        entry = reader.entry(ObjectId(entry_oid))
+        if entry.id != entry_id:
+            return None
+        blobs[ObjectId(entry_oid)] = tuple(entry.blob_ids())
     made: list[ObjectId] = []
 
     def put(node: SeqNode) -> ObjectId:
@@ -271,7 +287,7 @@ def _rebuilt_nodes(reader: _Reader, rev: Revision) -> list[ObjectId] | None:
     else:
         parent = reader.revision(rev.parent)
         root, size = seq.append(parent.seq, pairs, reader.node, put), parent.size + len(pairs)
-    return made if root == rev.seq and size == rev.size else None
+    return (made, blobs) if root == rev.seq and size == rev.size else None
 
 
 def pack(store: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[ObjectId] = (), *,

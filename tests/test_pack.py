@@ -163,7 +163,7 @@ def test_the_documented_examples_hold() -> None:
     assert data[:6] == bytes.fromhex("43545850 02 03")
     frame = data[7:7 + data[6]]
     plain = zstandard.ZstdDecompressor().decompressobj().decompress(frame)
-    assert plain == bytes.fromhex("04a1616101 05a16172c600 08a1617282c600c601")
+    assert plain == bytes.fromhex("04a1616101 05a16172c601 08a1617282c602c601")
 
 
 def test_a_file_source_is_read_only_up_to_the_end_of_the_pack() -> None:
@@ -320,16 +320,22 @@ def test_an_object_of_the_wrong_shape_is_refused() -> None:
 def test_tags_and_bad_back_references_are_refused() -> None:
     first = encode({"a": 1})
     oid = object_id(first)
-    refuses(craft(section([cbor2.dumps({"r": cbor2.CBORTag(6, 0)}, canonical=True)]), count=1))  # itself
+    refuses(craft(section([cbor2.dumps({"r": cbor2.CBORTag(6, 1)}, canonical=True)]), count=1))  # nothing back
+    refuses(craft(section([first, cbor2.dumps({"r": cbor2.CBORTag(6, 0)}, canonical=True)]), count=2))  # itself
     refuses(craft(section([first, cbor2.dumps({"r": cbor2.CBORTag(6, 5)}, canonical=True)]), count=2))
+    refuses(craft(section([first, cbor2.dumps({"r": cbor2.CBORTag(6, -1)}, canonical=True)]), count=2))
     refuses(craft(section([first, cbor2.dumps({"r": cbor2.CBORTag(7, 0)}, canonical=True)]), count=2))
     refuses(craft(section([first, cbor2.dumps({"r": cbor2.CBORTag(6, "0")}, canonical=True)]), count=2))
     # An earlier id sent in full is a second encoding of the same pack: refused.
     err = refuses(craft(section([first, encode({"r": oid})]), count=2))
     assert "back-reference" in str(err)
-    ok = read_all(craft(section([first, cbor2.dumps({"r": cbor2.CBORTag(6, 0)}, canonical=True)]), count=2),
+    ok = read_all(craft(section([first, cbor2.dumps({"r": cbor2.CBORTag(6, 1)}, canonical=True)]), count=2),
                   check=decode)
     assert ok[1][1] == encode({"r": oid})
+    # Version 1 counted positions from the start of the pack, not distances back.
+    old = read_all(craft(section([first, cbor2.dumps({"r": cbor2.CBORTag(6, 0)}, canonical=True)]), count=2,
+                         version=1), check=decode)
+    assert old == ok
 
 
 def test_a_repeated_object_is_refused() -> None:
@@ -488,7 +494,7 @@ def _first_revision_records(first_tag: object = DERIVED, size: object = DERIVED,
                             op_type: str = "append") -> list[bytes]:
     """An entry and a rebuildable revision appending it, with chosen fields (a valid pair by default)."""
     entry = Entry("e1", "turn", {"role": "user", "content": "hello"})
-    op = {"type": op_type, "entries": [tag(6, 0)], "entryIds": ids}
+    op = {"type": op_type, "entries": [tag(6, 1)], "entryIds": ids}
     revision = {"type": "revision", "createdAt": 1, "operation": op, "seq": first_tag, "size": size}
     return [encode_object(entry)[1], cbor2.dumps(revision, canonical=True)]
 
