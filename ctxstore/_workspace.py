@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
 import os
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
-from .codec import ObjectId, now_ms, to_hex
+from .codec import ObjectId, now_ms, object_id, to_hex
 from .errors import InvalidObject, MissingObject
 from .objects import Entry, Object, Revision, SeqNode, encode_object, parse_object
+from .seq import encode_node
 from .store.base import ObjectSource
 
 __all__ = ["Workspace", "new_entry_id"]
 
 _CACHE_LIMIT = 200_000
+_NODE_BYTES_LIMIT = 256
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode())
+_MASK_130 = (1 << 130) - 1
 
 
 class _IdSource:
@@ -43,11 +49,8 @@ def new_entry_id() -> str:
     compresses to a few bytes each (the random part is drawn once per process, not once per id).
     """
     value = (now_ms() << 80) | (_IDS.node << 32) | (next(_IDS.counter) & 0xFFFFFFFF)
-    chars = []
-    for _ in range(26):
-        chars.append(_CROCKFORD[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
+    # 26 base-32 digits are 130 bits; shifted to 160 they are the first 26 of b32encode's 32 digits.
+    return base64.b32encode(((value & _MASK_130) << 30).to_bytes(20, "big"))[:26].translate(_TO_CROCKFORD).decode()
 
 
 class Workspace:
@@ -66,6 +69,10 @@ class Workspace:
         """Entry id to entry oid for every entry this workspace has made or read."""
         self.indexed: set[ObjectId] = set()
         """Revisions and tree nodes whose entries are all in `index`."""
+        # The canonical bytes of recent seq nodes, and the last node seen at each level: an append
+        # rewrites the last node of each level as that node plus a little, so its encoding is reused.
+        self._node_bytes: OrderedDict[ObjectId, bytes] = OrderedDict()
+        self._last_node: dict[int, ObjectId] = {}
 
     # -- objects -------------------------------------------------------------------------------
     def get(self, oid: ObjectId) -> Object:
@@ -76,11 +83,16 @@ class Workspace:
         if data is None:
             if self.source is None:
                 raise MissingObject(f"object {to_hex(oid)} is not in this history")
-            obj = parse_object(self.source.get(oid), trusted=True)
-        else:
-            obj = parse_object(data, trusted=True)
+            data = self.source.get(oid)
+        obj = parse_object(data, trusted=True)
+        if type(obj) is SeqNode:
+            self._keep_node_bytes(oid, data)
         self._remember(oid, obj)
         return obj
+
+    def cached(self, oid: ObjectId) -> Object | None:
+        """The object if it is already decoded here (made or read), without reading anything."""
+        return self._decoded.get(oid)
 
     def raw(self, oid: ObjectId) -> bytes:
         data = self._pending.get(oid)
@@ -94,8 +106,29 @@ class Workspace:
         return oid in self._pending or (self.source is not None and self.source.has(oid))
 
     def put(self, obj: Object) -> ObjectId:
+        if type(obj) is SeqNode and type(obj.level) is int:
+            # The nodes an append rewrites are the bulk of its encoding work: encode them directly,
+            # reusing the bytes of the node this one extends where it does.
+            base = None
+            last = self._last_node.get(obj.level)
+            if last is not None:
+                old, data = self._decoded.get(last), self._node_bytes.get(last)
+                if type(old) is SeqNode and data is not None:
+                    base = (old, data)
+            fast = encode_node(obj, base)
+            if fast is not None:
+                oid = object_id(fast)
+                self._keep_node_bytes(oid, fast)
+                self._last_node[obj.level] = oid
+                return self.put_encoded(oid, fast, obj)
         oid, data = encode_object(obj)
         return self.put_encoded(oid, data, obj)
+
+    def _keep_node_bytes(self, oid: ObjectId, data: bytes) -> None:
+        kept = self._node_bytes
+        kept[oid] = data
+        if len(kept) > _NODE_BYTES_LIMIT:
+            kept.popitem(last=False)
 
     def put_encoded(self, oid: ObjectId, data: bytes, obj: Object) -> ObjectId:
         """Add an object whose id and canonical bytes the caller has already computed."""
@@ -146,6 +179,7 @@ class Workspace:
                 if entry_oid is not None:
                     self.index.setdefault(entry_id, entry_oid)
             self.indexed.add(oid)
+        self._last_node[obj.level] = oid
         return obj
 
     def value(self, oid: ObjectId) -> Any:

@@ -115,9 +115,50 @@ def _check(value: Any, depth: int, path: str) -> None:
                         "values are None, bool, int, float, str, bytes, list or dict")
 
 
+def _fits(value: Any, depth: int) -> bool:
+    """Whether `_check` accepts a value: the same rules without building paths, for the common case."""
+    t = type(value)
+    if t is str or t is bytes or t is bool or value is None:
+        return True
+    if t is int:
+        return _INT_MIN <= value <= _INT_MAX
+    if t is float:
+        return math.isfinite(value)
+    if depth >= MAX_DEPTH:
+        return False
+    if t is list:
+        for item in value:
+            # Text and ids are most items, and pairs of them (seq nodes): check those without a call.
+            ti = type(item)
+            if ti is str or ti is bytes:
+                continue
+            if ti is list and depth + 1 < MAX_DEPTH:
+                for x in item:
+                    tx = type(x)
+                    if not (tx is str or tx is bytes or x is None or (tx is int and _INT_MIN <= x <= _INT_MAX)
+                            or _fits(x, depth + 2)):
+                        return False
+                continue
+            if not _fits(item, depth + 1):
+                return False
+        return True
+    if t is dict:
+        for key, item in value.items():
+            ti = type(item)
+            if type(key) is not str or not (ti is str or ti is bytes or _fits(item, depth + 1)):
+                return False
+        return True
+    return False
+
+
 def encode(value: Any) -> bytes:
     """The canonical CBOR bytes of a value (None, bool, int, float, str, bytes, list, dict)."""
-    _check(value, 0, "")
+    try:
+        ok = _fits(value, 0)
+    except RecursionError:
+        ok = False
+    if not ok:
+        _check(value, 0, "")  # raises, naming where the value goes wrong
     return cbor2.dumps(value, canonical=True)
 
 

@@ -104,18 +104,32 @@ def _why_invalid(name: object) -> str | None:
     return None
 
 
+_VALID: dict[str, None] = {}
+"""Names already found valid (checking one costs a Unicode lookup per character); bounded, cleared when full."""
+
+
+def _is_valid(name: object) -> bool:
+    if type(name) is str and name in _VALID:
+        return True
+    if _why_invalid(name) is not None:
+        return False
+    if len(_VALID) >= 4096:
+        _VALID.clear()
+    _VALID[name] = None  # type: ignore[index]
+    return True
+
+
 def check_ref_name(name: str) -> str:
     """Check a full ref name against git's rules and our namespaces; returns it, or `InvalidRefName`."""
-    why = _why_invalid(name)
-    if why is not None:
-        raise InvalidRefName(f"invalid ref name {name!r}: {why}; use names like refs/heads/main or "
-                             "support/42")
+    if not _is_valid(name):
+        raise InvalidRefName(f"invalid ref name {name!r}: {_why_invalid(name)}; use names like "
+                             "refs/heads/main or support/42")
     return name
 
 
 def is_valid_ref_name(name: str) -> bool:
     """Whether `check_ref_name` accepts the name."""
-    return _why_invalid(name) is None
+    return _is_valid(name)
 
 
 def ref_candidates(name: str) -> list[str]:

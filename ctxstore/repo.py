@@ -387,9 +387,12 @@ class Repository:
         heads = {ref: from_hex(h.revision_id) for ref, h in updates.items()}
         pending: dict[ObjectId, bytes] = {}
         foreign: set[ObjectId] = set()
-        for h in updates.values():
+        for h, head in zip(updates.values(), heads.values(), strict=True):
             made = h.workspace.pending()
             pending.update(made)
+            rev = h.workspace.cached(head)
+            if isinstance(rev, Revision):
+                self._parents.setdefault(head, rev.parent)  # spares the fast-forward check a parse
             if h.workspace.source is not self.store:
                 # Built over another source: what its new objects point at may be missing here.
                 foreign.update(oid for oid, _ in made)
@@ -474,21 +477,27 @@ class Repository:
 
     def _write_objects(self, txn: Transaction, pending: dict[ObjectId, bytes],
                        foreign: set[ObjectId]) -> None:
-        """Write the pending objects the store lacks; a foreign one must not point at an absent object.
+        """Write the pending objects; one made over another source must not point at an absent object.
 
         A history loaded from this store only points at objects it read here or made itself, so only
-        objects made over another source need their references checked.
+        objects made over another source need their references checked (and those the store holds are
+        not rewritten). The store skips, and re-stamps, any other object it already holds, so nothing
+        made here is looked up beforehand: the insert is the only search.
         """
-        missing = {oid: data for oid, data in pending.items() if not txn.has(oid)}
-        for oid, data in missing.items():
-            if oid not in foreign:
+        held: set[ObjectId] = set()
+        for oid in foreign:
+            data = pending.get(oid)
+            if data is None:
+                continue
+            if txn.has(oid):
+                held.add(oid)  # a foreign history may carry much the store has: leave those alone
                 continue
             for ref in references(parse_object(data, trusted=True)):
-                if ref not in missing and not txn.has(ref):
+                if ref not in pending and not txn.has(ref):
                     raise MissingObject(
                         f"object {to_hex(oid)} refers to {to_hex(ref)}, which neither the history nor the "
                         "store holds; load the history from this repository (or import it whole) and retry")
-        txn.put_objects(missing.items())
+        txn.write_objects((oid, data) for oid, data in pending.items() if oid not in held)
 
     def rebase(self, history: MessageHistory, onto: str) -> MessageHistory:
         """Replay `history`'s own revisions (their recorded operations) on top of ref `onto`'s head."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import takewhile
+from operator import is_, truth
 from typing import Any
 
 import blake3
@@ -27,6 +29,7 @@ __all__ = [
     "append",
     "build",
     "diff",
+    "encode_node",
     "iter_items",
     "leaf_hash",
     "splice",
@@ -44,6 +47,128 @@ GetNode = Callable[[ObjectId], SeqNode]
 PutNode = Callable[[SeqNode], ObjectId]
 
 
+_NODE_START = b"\xa3dtypecseqeitems"  # {"type": "seq", "items": ...} in canonical key order
+_LEVEL_KEY = b"elevel"
+_OID_HEAD = b"\x58\x20"
+
+
+def _head(major: int, n: int) -> bytes:
+    """A CBOR item head in its shortest form (n < 2**64)."""
+    base = major << 5
+    if n < 24:
+        return bytes([base | n])
+    if n < 0x100:
+        return bytes([base | 24, n])
+    if n < 0x10000:
+        return bytes([base | 25]) + n.to_bytes(2, "big")
+    if n < 0x100000000:
+        return bytes([base | 26]) + n.to_bytes(4, "big")
+    return bytes([base | 27]) + n.to_bytes(8, "big")
+
+
+_SMALL_HEADS = [[_head(major, n) for n in range(256)] for major in range(8)]
+
+
+def _encode_items(items: list[Any], level: int) -> list[bytes] | None:
+    """The canonical bytes of each item of a node, or None if one is not of the usual shape."""
+    texts, ints = _SMALL_HEADS[3], _SMALL_HEADS[0]
+    parts: list[bytes] = []
+    append = parts.append
+    if level == 0:
+        for item in items:
+            if type(item) is not list or len(item) != 2:
+                return None
+            first, second = item
+            if type(first) is not str:
+                return None
+            try:
+                text = first.encode()
+            except UnicodeEncodeError:
+                return None  # a lone surrogate: the general encoder says what is wrong
+            size = len(text)
+            if second is None:
+                tail = b"\xf6"
+            elif type(second) is bytes and len(second) == 32:
+                tail = _OID_HEAD + second
+            else:
+                return None
+            append(b"\x82" + (texts[size] if size < 256 else _head(3, size)) + text + tail)
+    else:
+        for item in items:
+            if type(item) is not list or len(item) != 2:
+                return None
+            first, second = item
+            if (type(first) is not bytes or len(first) != 32 or type(second) is not int
+                    or not 0 <= second < 2**64):
+                return None
+            if second < 256:
+                count = ints[second]
+            elif second < 0x10000:
+                count = b"\x19" + second.to_bytes(2, "big")
+            else:
+                count = _head(0, second)
+            append(b"\x82" + _OID_HEAD + first + count)
+    return parts
+
+
+def _array_head(n: int) -> bytes:
+    return _SMALL_HEADS[4][n] if n < 256 else _head(4, n)
+
+
+def encode_node(node: SeqNode, base: tuple[SeqNode, bytes] | None = None) -> bytes | None:
+    """The canonical bytes of a seq node, or None if an item is not of the usual shape.
+
+    The same bytes as `objects.encode_object` (a test checks it on arbitrary nodes), written directly:
+    a node is rewritten on every append, and the general encoder's checks and key sorting cost more
+    than the node's own bytes. Anything unusual returns None, for the general encoder to handle.
+
+    `base` is an earlier node of the same level with its canonical bytes. An append rewrites the last
+    node of each level as that node's items (all, or all but the last) followed by new ones, so when
+    `base` starts the same way its encoded items are reused and only the new ones are encoded.
+    """
+    level, items = node.level, node.items
+    if type(level) is not int or not 0 <= level < 24 or type(items) is not list:
+        return None
+    tail = _LEVEL_KEY + _SMALL_HEADS[0][level]
+    if base is not None:
+        spliced = _splice_encoded(items, level, tail, *base)
+        if spliced is not None:
+            return spliced
+    parts = _encode_items(items, level)
+    if parts is None:
+        return None
+    return b"".join([_NODE_START, _array_head(len(items)), *parts, tail])
+
+
+def _splice_encoded(items: list[Any], level: int, tail: bytes, old: SeqNode, data: bytes) -> bytes | None:
+    """`items` encoded by reusing the encoded items of `old` that it starts with; None if it does not."""
+    kept = old.items
+    n = len(kept)
+    if old.level != level or type(kept) is not list or not n or len(items) < n - 1:
+        return None
+    # The same item objects, not just equal ones (1 == True, b"" == bytearray()), so the same bytes.
+    same = sum(1 for _ in takewhile(truth, map(is_, items, kept)))
+    if same == n:
+        keep = n
+    elif same == n - 1:
+        keep = n - 1
+    else:
+        return None
+    start = len(_NODE_START) + len(_array_head(n))
+    if data[:start] != _NODE_START + _array_head(n) or not data.endswith(tail):
+        return None
+    section = data[start:len(data) - len(tail)]
+    if keep < n:
+        last = _encode_items(kept[-1:], level)
+        if last is None or not section.endswith(last[0]):
+            return None
+        section = section[:len(section) - len(last[0])]
+    parts = _encode_items(items[keep:], level)
+    if parts is None:
+        return None
+    return b"".join([_NODE_START, _array_head(len(items)), section, *parts, tail])
+
+
 def leaf_hash(entry_id: str, oid: bytes | None) -> bytes:
     """The boundary hash of a leaf item: the entry's oid, or blake3 of the id where it has no entry."""
     return oid if oid is not None else blake3.blake3(entry_id.encode()).digest()
@@ -57,13 +182,25 @@ def _ends_chunk(item: Item, level: int, length: int) -> bool:
 
 
 def _chunks(items: Sequence[Item], level: int) -> list[list[Item]]:
+    threshold, most = _LIMITS.get(level, _INNER_LIMITS)
+    # The first 4 bytes of a boundary hash, compared as bytes, order as the big-endian number they spell.
+    under = threshold.to_bytes(4, "big")
     out: list[list[Item]] = []
     current: list[Item] = []
+    length = 0
     for item in items:
         current.append(item)
-        if _ends_chunk(item, level, len(current)):
+        length += 1
+        if level == 0:
+            h = item[1]
+            if h is None:
+                h = leaf_hash(item[0], None)
+        else:
+            h = item[0]
+        if h[:4] < under or length >= most:
             out.append(current)
             current = []
+            length = 0
     if current:
         out.append(current)
     return out

@@ -11,6 +11,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxstore import codec
 from ctxstore.codec import (
     compress,
     decode,
@@ -256,3 +257,37 @@ def test_decompress_refuses_bad_values(value: bytes) -> None:
 def test_raw_over_the_limit_is_refused() -> None:
     with pytest.raises(EncodingError):
         decompress(b"\x00" + b"a" * 101, max_size=100)
+
+
+_anything = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**66), max_value=2**66), st.floats(),
+              st.text(max_size=4), st.binary(max_size=4), st.tuples(st.integers()), st.sets(st.integers())),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.one_of(st.text(max_size=3), st.integers()), inner, max_size=4)),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400)
+@given(_anything)
+def test_the_fast_value_check_agrees_with_the_one_that_names_the_problem(value: Any) -> None:
+    try:
+        codec._check(value, 0, "")
+        accepted = True
+    except EncodingError:
+        accepted = False
+    assert codec._fits(value, 0) == accepted
+
+
+def test_the_fast_value_check_agrees_at_the_depth_limit() -> None:
+    for depth in range(codec.MAX_DEPTH - 3, codec.MAX_DEPTH + 3):
+        for leaf in ("x", b"x", 1, [["x", 1]], [[]]):
+            value: Any = leaf
+            for _ in range(depth):
+                value = [value]
+            try:
+                codec._check(value, 0, "")
+                accepted = True
+            except EncodingError:
+                accepted = False
+            assert codec._fits(value, 0) == accepted, (depth, leaf)

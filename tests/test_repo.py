@@ -409,3 +409,26 @@ def test_opening_a_large_conversation_and_appending_reads_logarithmically_many_o
     # The tree is about log32(n) levels deep: the revision plus one node per level, not n entries.
     assert large <= small + 8
     assert large < 30
+
+
+def test_a_commit_stamps_what_it_writes_and_leaves_held_objects_of_a_foreign_history_alone() -> None:
+    clock = Clock()
+    repo = Repository(MemoryStore(clock=clock), clock=clock)
+    outside = MessageHistory().extend([msg(f"m{i}") for i in range(20)])  # built over no store
+    repo.commit("a", outside)
+    first = {oid: repo.store.written_at(oid) for oid, _ in outside.workspace.pending()}
+    assert set(first.values()) == {clock.now}
+    clock.now += 5000
+    more = outside.append(msg("one more"))
+    repo.commit("b", more)  # its pending objects still include everything `outside` made
+    assert all(repo.store.written_at(oid) == when for oid, when in first.items())
+    fresh = [oid for oid, _ in more.workspace.pending() if oid not in first]
+    assert fresh and all(repo.store.written_at(oid) == clock.now for oid in fresh)
+    assert repo.fsck().ok
+    # A history loaded here writes its new objects without looking them up; they are stamped too.
+    clock.now += 5000
+    local = repo.history("b").append(msg("local"))
+    made = [oid for oid, _ in local.workspace.pending()]
+    repo.commit("b", local)
+    assert all(repo.store.written_at(oid) == clock.now for oid in made)
+    assert repo.history("b").size == 22

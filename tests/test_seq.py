@@ -361,3 +361,60 @@ def test_splice_on_deep_trees(data: st.DataObject) -> None:
             assert root == seq.build(values, Nodes().put)
     finally:
         seq._LIMITS, seq._INNER_LIMITS = saved
+
+
+_oids = st.binary(min_size=32, max_size=32)
+_leaf_items = st.lists(st.tuples(st.text(max_size=300), st.none() | _oids).map(list), max_size=300)
+_inner_items = st.lists(st.tuples(_oids, st.integers(0, 2**64 - 1)).map(list), min_size=1, max_size=300)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.tuples(st.just(0), _leaf_items), st.tuples(st.integers(1, 23), _inner_items)))
+def test_the_direct_node_encoder_writes_the_canonical_bytes(case: tuple[int, list[list[Any]]]) -> None:
+    level, items = case
+    node = SeqNode(level, items)
+    assert seq.encode_node(node) == encode_object(node)[1]
+
+
+@given(st.sampled_from([
+    SeqNode(0, [["a", b"short"]]), SeqNode(0, [[b"x" * 32, 1]]), SeqNode(1, [["a", b"x" * 32]]),
+    SeqNode(1, [[b"x" * 32, True]]), SeqNode(1, [[b"x" * 32, 2**64]]), SeqNode(1, [[b"x" * 32, -1]]),
+    SeqNode(0, [["a", None, 1]]), SeqNode(0, [("a", None)]), SeqNode(30, [[b"x" * 32, 1]]),
+    SeqNode(0, [["\ud800", None]]),
+]))
+def test_the_direct_node_encoder_leaves_unusual_nodes_to_the_general_encoder(node: SeqNode) -> None:
+    assert seq.encode_node(node) is None
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=12), st.integers(0, 2**32))
+def test_nodes_encoded_by_reusing_the_last_ones_are_canonical_and_build_the_same_tree(
+        batches: list[int], salt: int) -> None:
+    from ctxstore.history import MessageHistory
+    from ctxstore.objects import parse_object
+
+    history = MessageHistory()
+    n = 0
+    for size in batches:  # appends of varied sizes, so levels fill, cut and grow
+        history = history.extend([{"role": "user", "content": f"{salt} {n + i}"} for i in range(size)])
+        n += size
+    for oid, data in history.workspace.pending():
+        obj = parse_object(data)
+        assert encode_object(obj) == (oid, data)
+    ws = history.workspace
+    rev = ws.revision(bytes.fromhex(history.revision_id))
+    items = [[i, o] for i, o in seq.iter_items(rev.seq, ws.node)]
+    assert len(items) == n
+    assert seq.build(items, Nodes().put) == rev.seq
+
+
+def test_a_node_that_does_not_extend_the_base_is_encoded_whole() -> None:
+    ids = [blake3.blake3(bytes([i])).digest() for i in range(6)]
+    old = SeqNode(1, [[ids[0], 5], [ids[1], 7], [ids[2], 9]])
+    old_bytes = encode_object(old)[1]
+    for items in ([[ids[3], 1]], [old.items[0], [ids[4], 2]], [*old.items[:2], [ids[2], 9]],
+                  [*old.items, [ids[5], 3]], old.items[:2]):
+        node = SeqNode(1, items)
+        assert seq.encode_node(node, (old, old_bytes)) == encode_object(node)[1]
+    assert seq.encode_node(SeqNode(0, [["a", None]]), (old, old_bytes)) == encode_object(
+        SeqNode(0, [["a", None]]))[1]

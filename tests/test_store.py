@@ -124,6 +124,22 @@ class TestStoreConformance:
         store.put_many([(oid, data)])
         assert store.written_at(oid) == clock.now
 
+    def test_write_objects_without_lookups_keeps_held_bytes_and_refreshes_their_time(
+            self, clock_store: tuple[TransactionalStore, FakeClock]) -> None:
+        store, clock = clock_store
+        held, fresh = obj(1), obj(2)
+        store.put_many([held])
+        clock.now += 5000
+        with store.transaction(write=True) as txn:
+            txn.write_objects([held, fresh])
+            assert txn.has(fresh[0]) and txn.get(fresh[0]) == fresh[1]
+        assert len(store) == 2
+        assert store.get(held[0]) == held[1] and store.get(fresh[0]) == fresh[1]
+        assert store.written_at(held[0]) == store.written_at(fresh[0]) == clock.now
+        with pytest.raises(InvalidInput), store.transaction(write=True) as txn:
+            txn.write_objects([obj(3), (b"short", b"\x01")])  # type: ignore[list-item]
+        assert len(store) == 2
+
     def test_stored_size_and_stats(self, store: TransactionalStore) -> None:
         items = [obj(i, "hello " * 50) for i in range(20)]
         store.put_many(items)

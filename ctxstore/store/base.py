@@ -277,6 +277,21 @@ class Transaction:
             w.objects[oid] = bytes(data)
         return new
 
+    def write_objects(self, objects: Iterable[tuple[ObjectId, bytes]]) -> None:
+        """Write objects (id, canonical bytes) without first looking up which the store holds.
+
+        The same effect as `put_objects` (a held object keeps its bytes and gets a fresh write time),
+        without a lookup per object: for a commit, whose objects are nearly all new, the backend's own
+        insert is the only search of the index it needs.
+        """
+        w = self._writeset()
+        for oid, data in objects:
+            check_oid(oid)
+            if not isinstance(data, bytes | bytearray | memoryview):
+                raise InvalidInput(f"object {to_hex(oid)}: data must be bytes, not {type(data).__name__}")
+            w.deleted.discard(oid)
+            w.objects[oid] = data if type(data) is bytes else bytes(data)
+
     def delete_objects(self, oids: Iterable[ObjectId]) -> int:
         """Delete objects; returns how many were held."""
         w = self._writeset()

@@ -6,8 +6,10 @@ databases, all written only through transactions:
 =========  ==================================  ==================================================
 database   key                                 value
 =========  ==================================  ==================================================
-objects    object id (32 raw bytes)            codec byte + (raw | zstd | dict id + zstd) bytes
-times      object id                           last write time, ms since the epoch, 8 bytes BE
+objs       first 16 bytes of the object id     write time (ms, 6 bytes BE), last 16 bytes of the id,
+                                               codec byte + (raw | zstd | dict id + zstd) bytes
+objects    object id (32 raw bytes)            legacy (stores written before ``objs``): codec-framed bytes
+times      object id                           legacy: the write time of an object in ``objects``
 refs       ref name (UTF-8)                    object id
 reflog     ref name, NUL, sequence (8 bytes)   a record (the refs layer encodes it)
 config     key (UTF-8)                         bytes
@@ -35,6 +37,7 @@ from .. import codec
 from ..codec import ObjectId, to_hex
 from ..codec import now_ms as _now_ms
 from ..errors import EncodingError, MissingObject, NotARepository, StoreError
+from ._values import HEAD_SIZE, KEY_SIZE, TIME_SIZE, canonical_size, stored_value
 from .base import BatchWrites, StoreStats, Transaction, WriteSet, check_oid
 
 __all__ = ["DEFAULT_MAP_SIZE", "LmdbStore"]
@@ -45,7 +48,7 @@ MAX_READERS = 1022
 """Reader slots: one per concurrent read transaction across all processes (lock file grows 64 B each)."""
 DICT_MAX_OBJECT = 64 * 1024
 """Objects up to this size are compressed with the trained dictionary; larger ones gain nothing from it."""
-_DB_NAMES = (b"objects", b"times", b"refs", b"reflog", b"config", b"dicts")
+_DB_NAMES = (b"objs", b"objects", b"times", b"refs", b"reflog", b"config", b"dicts")
 _ITER_BATCH = 4096
 _GROW_STEP_LIMIT = 4 * 1024**3
 
@@ -81,7 +84,8 @@ class _SharedLock:
         self._mine.n = self.held_here() - 1
         with self._cond:
             self._active -= 1
-            self._cond.notify_all()
+            if self._waiting:
+                self._cond.notify_all()  # only a resize waits for transactions to end
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -130,6 +134,8 @@ class _Env:
             # Slots left by processes that died inside a read transaction would pin old pages forever.
             self.env.reader_check()
             self.dbs = self._open_dbs()
+            self.objs: lmdb._Database | None = self.dbs[b"objs"]
+            self.legacy: lmdb._Database = self.dbs[b"objects"]
             with self.env.begin() as txn:
                 self._load_dicts(txn)
         except BaseException:
@@ -137,11 +143,16 @@ class _Env:
             raise
 
     def _open_dbs(self) -> dict[bytes, lmdb._Database]:
-        dbs = {}
+        dbs: dict[bytes, lmdb._Database] = {}
         try:
             if self.readonly:
                 for name in _DB_NAMES:
-                    dbs[name] = self.env.open_db(name, create=False)
+                    try:
+                        dbs[name] = self.env.open_db(name, create=False)
+                    except lmdb.NotFoundError:
+                        if name != b"objs":
+                            raise
+                        dbs[name] = None  # written before objs existed: every object is in `objects`
             else:
                 with self.env.begin(write=True) as txn:
                     for name in _DB_NAMES:
@@ -270,22 +281,25 @@ class _Env:
 
     def apply(self, txn: lmdb.Transaction, w: WriteSet, now_ms: int) -> None:
         dbs = self.dbs
-        objects, times = dbs[b"objects"], dbs[b"times"]
-        now = now_ms.to_bytes(8, "big")
+        time = now_ms.to_bytes(TIME_SIZE, "big")
         for oid in w.deleted:
-            txn.delete(oid, db=objects)
-            txn.delete(oid, db=times)
+            self.delete_object(txn, oid)
         if w.objects:
+            objs = self.objs
+            assert objs is not None  # a writable environment always has it
             dict_id = self._current_dict(txn)
             dictionary = self.dicts.get(dict_id)
+            # A store written before `objs` existed keeps its objects where they are: one place per object.
+            legacy = txn.stat(self.legacy)["entries"] > 0
             put = txn.put
             for oid, data in w.objects.items():
-                if len(data) <= DICT_MAX_OBJECT and dictionary is not None:
-                    value = codec.compress(data, dictionary=dictionary, dict_id=dict_id)
-                else:
-                    value = codec.compress(data)
-                put(oid, value, db=objects, overwrite=False)
-                put(oid, now, db=times)
+                if legacy and txn.get(oid, db=self.legacy) is not None:
+                    put(oid, now_ms.to_bytes(8, "big"), db=dbs[b"times"])
+                    continue
+                value = stored_value(data, dictionary if len(data) <= DICT_MAX_OBJECT else None, dict_id)
+                tail = oid[KEY_SIZE:]
+                if not put(oid[:KEY_SIZE], time + tail + value, db=objs, overwrite=False):
+                    self._restamp(txn, oid, time)
         refs = dbs[b"refs"]
         for name, target in w.refs.items():
             if target is None:
@@ -312,6 +326,80 @@ class _Env:
                 txn.delete(key.encode(), db=config)
             else:
                 txn.put(key.encode(), value, db=config)
+
+    def _restamp(self, txn: lmdb.Transaction, oid: ObjectId, time: bytes) -> None:
+        """Refresh the write time of an object already held (gc's grace then protects it again)."""
+        held = txn.get(oid[:KEY_SIZE], db=self.objs)
+        if held[TIME_SIZE:HEAD_SIZE] != oid[KEY_SIZE:]:
+            other = to_hex(oid[:KEY_SIZE] + held[TIME_SIZE:HEAD_SIZE])
+            raise StoreError(f"objects {to_hex(oid)} and {other} share their first {KEY_SIZE} bytes, which "
+                             "this store cannot hold; nothing was written (report this: it should not happen)")
+        if held[:TIME_SIZE] != time:
+            txn.put(oid[:KEY_SIZE], time + held[TIME_SIZE:], db=self.objs)
+
+    # -- objects: in `objs`, or in `objects` (and `times`) for a store written before it ---------------
+
+    def find(self, txn: lmdb.Transaction, oid: bytes) -> bytes | None:
+        """An object's stored value (codec byte, then the payload), or None if it is not held."""
+        if self.objs is not None:
+            value = txn.get(oid[:KEY_SIZE], db=self.objs)
+            if value is not None and value[TIME_SIZE:HEAD_SIZE] == oid[KEY_SIZE:]:
+                return value[HEAD_SIZE:]
+        return txn.get(oid, db=self.legacy)
+
+    def holds(self, txn: lmdb.Transaction, oid: bytes) -> bool:
+        if self.objs is not None:
+            value = txn.get(oid[:KEY_SIZE], db=self.objs)
+            if value is not None and value[TIME_SIZE:HEAD_SIZE] == oid[KEY_SIZE:]:
+                return True
+        return txn.get(oid, db=self.legacy) is not None
+
+    def written(self, txn: lmdb.Transaction, oid: bytes) -> int | None:
+        if self.objs is not None:
+            value = txn.get(oid[:KEY_SIZE], db=self.objs)
+            if value is not None and value[TIME_SIZE:HEAD_SIZE] == oid[KEY_SIZE:]:
+                return int.from_bytes(value[:TIME_SIZE], "big")
+        if txn.get(oid, db=self.legacy) is None:
+            return None
+        stamp = txn.get(oid, db=self.dbs[b"times"])
+        return 0 if stamp is None else int.from_bytes(stamp, "big")
+
+    def delete_object(self, txn: lmdb.Transaction, oid: bytes) -> None:
+        if self.objs is not None:
+            value = txn.get(oid[:KEY_SIZE], db=self.objs)
+            if value is not None and value[TIME_SIZE:HEAD_SIZE] == oid[KEY_SIZE:]:
+                txn.delete(oid[:KEY_SIZE], db=self.objs)
+                return
+        if txn.delete(oid, db=self.legacy):
+            txn.delete(oid, db=self.dbs[b"times"])
+
+    def count(self, txn: lmdb.Transaction) -> int:
+        held = int(txn.stat(self.legacy)["entries"])
+        return held + (0 if self.objs is None else int(txn.stat(self.objs)["entries"]))
+
+    def values(self, txn: lmdb.Transaction) -> Iterator[tuple[bytes, bytes]]:
+        """Every object's id and stored value, in key order per database."""
+        if self.objs is not None:
+            for key, value in txn.cursor(db=self.objs):
+                yield bytes(key) + value[TIME_SIZE:HEAD_SIZE], value[HEAD_SIZE:]
+        for key, value in txn.cursor(db=self.legacy):
+            yield bytes(key), value
+
+    def ids_after(self, txn: lmdb.Transaction, in_objs: bool, after: bytes, limit: int) -> list[bytes]:
+        """Up to `limit` object ids of one database after key `after`, in key order (with their keys)."""
+        db = self.objs if in_objs else self.legacy
+        if db is None:
+            return []
+        cursor = txn.cursor(db=db)
+        found = cursor.set_range(after)
+        if found and after and cursor.key() == after:
+            found = cursor.next()
+        out: list[bytes] = []
+        while found and len(out) < limit:
+            key = bytes(cursor.key())
+            out.append(key + cursor.value()[TIME_SIZE:HEAD_SIZE] if in_objs else key)
+            found = cursor.next()
+        return out
 
     def _current_dict(self, txn: lmdb.Transaction) -> int:
         # Another process may have trained a newer dictionary; one cursor step per commit finds it.
@@ -356,15 +444,14 @@ class _LmdbSnapshot:
         self._t = txn
 
     def get(self, oid: ObjectId) -> bytes | None:
-        value = self._t.get(oid, db=self._e.dbs[b"objects"])
+        value = self._e.find(self._t, oid)
         return None if value is None else self._e.decode_value(self._t, oid, value)
 
     def has(self, oid: ObjectId) -> bool:
-        return self._t.get(oid, db=self._e.dbs[b"objects"]) is not None
+        return self._e.holds(self._t, oid)
 
     def written_at(self, oid: ObjectId) -> int | None:
-        value = self._t.get(oid, db=self._e.dbs[b"times"])
-        return None if value is None else int.from_bytes(value, "big")
+        return self._e.written(self._t, oid)
 
     def get_ref(self, name: str) -> ObjectId | None:
         value = self._t.get(name.encode(), db=self._e.dbs[b"refs"])
@@ -470,10 +557,11 @@ class LmdbStore(BatchWrites):
 
     `path` is a directory (created unless `readonly`). With `durable=True` (the default) a write
     transaction is on disk when it returns; `durable=False` skips the fsync per commit for bulk work: a
-    crash of the machine (not of the process) may lose the latest commits but never corrupts the store,
-    and `sync()` flushes. One process shares one LMDB environment per path between all its stores; the
-    first store opened decides the environment's sync mode, and a durable store on an environment opened
-    non-durable flushes after each of its commits.
+    crash of the process loses nothing committed, a crash of the machine may lose the latest commits
+    (and, on file systems that reorder writes, damage the store), and `sync()` flushes. One process
+    shares one LMDB environment per path between all its stores; the first store opened decides the
+    environment's sync mode, and a durable store on an environment opened non-durable flushes after
+    each of its commits.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE,
@@ -582,7 +670,7 @@ class LmdbStore(BatchWrites):
     def get(self, oid: ObjectId) -> bytes:
         """The canonical bytes of an object; `MissingObject` if absent."""
         with self._reading() as (env, ltxn):
-            value = ltxn.get(oid, db=env.dbs[b"objects"])
+            value = env.find(ltxn, oid)
             if value is None:
                 raise MissingObject(f"object {to_hex(oid)} is not in the store")
             return env.decode_value(ltxn, oid, value)
@@ -590,32 +678,26 @@ class LmdbStore(BatchWrites):
     def has(self, oid: ObjectId) -> bool:
         """Whether the object is held."""
         with self._reading() as (env, ltxn):
-            return ltxn.get(oid, db=env.dbs[b"objects"]) is not None
+            return env.holds(ltxn, oid)
 
     def __contains__(self, oid: object) -> bool:
         return isinstance(oid, bytes) and self.has(ObjectId(oid))
 
     def __iter__(self) -> Iterator[ObjectId]:
         """Every object id, read in batches so no read transaction stays open between them."""
-        after = b""
-        while True:
-            with self._reading() as (env, ltxn):
-                cursor = ltxn.cursor(db=env.dbs[b"objects"])
-                batch: list[ObjectId] = []
-                found = cursor.set_range(after)
-                if found and after and cursor.key() == after:
-                    found = cursor.next()
-                while found and len(batch) < _ITER_BATCH:
-                    batch.append(ObjectId(bytes(cursor.key())))
-                    found = cursor.next()
-            yield from batch
-            if len(batch) < _ITER_BATCH:
-                return
-            after = batch[-1]
+        for in_objs in (True, False):
+            after = b""
+            while True:
+                with self._reading() as (env, ltxn):
+                    batch = env.ids_after(ltxn, in_objs, after, _ITER_BATCH)
+                yield from (ObjectId(oid) for oid in batch)
+                if len(batch) < _ITER_BATCH:
+                    break
+                after = batch[-1][:KEY_SIZE] if in_objs else batch[-1]
 
     def __len__(self) -> int:
         with self._reading() as (env, ltxn):
-            return int(ltxn.stat(env.dbs[b"objects"])["entries"])
+            return env.count(ltxn)
 
     # -- the rest of TransactionalStore ----------------------------------------------------------------
 
@@ -628,7 +710,7 @@ class LmdbStore(BatchWrites):
         """Bytes the object's value occupies (codec byte plus compressed bytes)."""
         check_oid(oid)
         with self._reading() as (env, ltxn):
-            value = ltxn.get(oid, db=env.dbs[b"objects"])
+            value = env.find(ltxn, oid)
             if value is None:
                 raise MissingObject(f"object {to_hex(oid)} is not in the store")
             return len(value)
@@ -637,10 +719,10 @@ class LmdbStore(BatchWrites):
         """Object count, canonical and stored bytes, and the pages in use in the data file."""
         objects = object_bytes = stored_bytes = 0
         with self._reading() as (env, ltxn):
-            for _key, value in ltxn.cursor(db=env.dbs[b"objects"]):
+            for _oid, value in env.values(ltxn):
                 objects += 1
                 stored_bytes += len(value)
-                object_bytes += _canonical_size(value)
+                object_bytes += canonical_size(value)
             file_bytes = (env.env.info()["last_pgno"] + 1) * env.env.stat()["psize"]
         return StoreStats(objects=objects, object_bytes=object_bytes, stored_bytes=stored_bytes,
                           file_bytes=file_bytes)
@@ -671,9 +753,9 @@ class LmdbStore(BatchWrites):
                              "readonly=True to train a dictionary")
         picked: list[bytes] = []
         with self._reading() as (env, ltxn):
-            for key, value in ltxn.cursor(db=env.dbs[b"objects"]):
-                if _canonical_size(value) <= DICT_MAX_OBJECT:
-                    picked.append(env.decode_value(ltxn, ObjectId(bytes(key)), value))
+            for oid, value in env.values(ltxn):
+                if canonical_size(value) <= DICT_MAX_OBJECT:
+                    picked.append(env.decode_value(ltxn, ObjectId(oid), value))
                     if len(picked) >= samples:
                         break
         if len(picked) < 64:
@@ -701,16 +783,3 @@ class LmdbStore(BatchWrites):
         dict_id = env.raw_write(store, need=len(data), sync=self._opts.durable)
         env.dicts.setdefault(dict_id, zstandard.ZstdCompressionDict(data))
         return dict_id
-
-
-def _canonical_size(value: bytes) -> int:
-    """An object's canonical size from its stored value, without decompressing it."""
-    codec_byte = value[0]
-    if codec_byte == codec.RAW:
-        return len(value) - 1
-    frame = value[1:] if codec_byte == codec.ZSTD else value[5:]
-    try:
-        size = zstandard.frame_content_size(bytes(frame[:18]))
-    except zstandard.ZstdError:
-        return 0
-    return max(size, 0)
