@@ -21,7 +21,7 @@ RANKS: dict[str, int] = {
     "pack": 4, "_packform": 4,
     "_workspace": 5, "_intake": 5, "_snapshot": 5, "history": 5, "budget": 5,
     "refs": 6,
-    "repo": 7, "transfer": 7, "packwalk": 7,
+    "_repo_values": 7, "repo": 7, "transfer": 7, "packwalk": 7,
     "sync": 8,
     "signals": 9, "strategies": 9, "recording": 9,
     "models": 10, "offline": 10, "agent": 10,
