@@ -15,7 +15,9 @@ import httpx2
 import pytest
 
 from ctxstore import sync
+from ctxstore.codec import from_hex
 from ctxstore.errors import AuthError, NonFastForward, RemoteError
+from ctxstore.packwalk import plan_pack
 from ctxstore.repo import Repository
 
 READ = "r" * 24
@@ -200,3 +202,24 @@ def test_four_processes_pushing_to_one_conversation_lose_nothing(hub, tmp_path):
     counts = Counter(contents)
     assert set(contents) == expected | {"hello"}
     assert all(counts[c] == 1 for c in expected)
+
+
+def test_pushing_ten_messages_onto_ten_thousand_sends_only_those(hub, tmp_path):
+    """Over the real server: the entries and revisions of the ten appends, and no tree nodes."""
+    server, root = hub
+    repo = sync.clone(f"{server.url}/team/conv", tmp_path / "c", token=WRITE)
+    repo.append("main", [{"role": "user", "content": f"old message {i}"} for i in range(10_000)])
+    sync.push(repo, "origin", ["main"], token=WRITE)
+    for i in range(10):
+        repo.append("main", [{"role": "assistant", "content": f"new {i}"}])
+    head = repo.head("main")
+    plan = plan_pack(repo.store, [from_hex(head)], [from_hex(repo.head("refs/remotes/origin/main"))])
+    assert len(plan) == 20 and len(plan.rebuildable) == 10
+    result = sync.push(repo, "origin", ["main"], token=WRITE)
+    # The hub stored the 20 objects sent and the few spine nodes it rebuilt for each revision.
+    assert 20 < result.objects <= 20 + 10 * 6
+    assert result.bytes < 3_000
+    with Repository.open(root / "team" / "conv") as served:
+        assert served.head("main") == head
+        assert served.history("main").render()[-1]["content"] == "new 9"
+        assert served.fsck().ok
