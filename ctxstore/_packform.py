@@ -238,16 +238,19 @@ class Rebuilder:
         ids = [self._entry_ids.get(o) or self._get(ObjectId(o), Entry, "appended entry").id for o in oids]
         pairs = [[i, o] for i, o in zip(ids, oids, strict=True)]
         made: list[tuple[ObjectId, bytes, SeqNode]] = []
+        read: set[ObjectId] = set()  # the parent's spine: a re-cut that changes nothing gives these back
 
         def put(node: SeqNode) -> ObjectId:
             data = cbor2.dumps(node.to_value(), canonical=True)  # items from checked objects: no checks
             nid = object_id(data)
-            self.remember(nid, node)
-            made.append((nid, data, node))
+            if nid not in read:
+                self.remember(nid, node)
+                made.append((nid, data, node))
             return nid
 
         def get(nid: ObjectId) -> SeqNode:
             node: SeqNode = self._get(nid, SeqNode, "sequence node")
+            read.add(nid)
             return node
 
         parent = value.get("parent")

@@ -274,20 +274,26 @@ def _rebuild(reader: _Reader, rev: Revision) -> tuple[list[ObjectId], dict[Objec
         if entry.id != entry_id:
             return None
         blobs[ObjectId(entry_oid)] = tuple(entry.blob_ids())
-    made: list[ObjectId] = []
+    made: set[ObjectId] = set()
+    read: set[ObjectId] = set()  # the parent's spine: a re-cut that changes nothing gives these back
+
+    def get(nid: ObjectId) -> SeqNode:
+        read.add(nid)
+        return reader.node(nid)
 
     def put(node: SeqNode) -> ObjectId:
         nid = object_id(cbor2.dumps(node.to_value(), canonical=True))  # a node of valid items: no checks
-        reader.keep(nid, node)  # the next revision's rebuild reads it as its parent's spine
-        made.append(nid)
+        if nid not in read:
+            reader.keep(nid, node)  # the next revision's rebuild reads it as its parent's spine
+            made.add(nid)
         return nid
 
     if rev.parent is None:
         root, size = seq.build(pairs, put), len(pairs)
     else:
         parent = reader.revision(rev.parent)
-        root, size = seq.append(parent.seq, pairs, reader.node, put), parent.size + len(pairs)
-    return (made, blobs) if root == rev.seq and size == rev.size else None
+        root, size = seq.append(parent.seq, pairs, get, put), parent.size + len(pairs)
+    return (list(made), blobs) if root == rev.seq and size == rev.size else None
 
 
 def pack(store: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[ObjectId] = (), *,

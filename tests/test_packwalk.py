@@ -6,9 +6,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from ctxstore import seq
 from ctxstore.codec import ObjectId, from_hex
 from ctxstore.errors import BadPack, NonFastForward
 from ctxstore.history import MessageHistory
@@ -72,6 +73,29 @@ def test_ten_appends_are_sent_as_entries_and_rebuildable_revisions_without_tree_
     result = unpack(other, pack(store, [head], [base]), {"refs/heads/main": (base, head)})
     assert result.objects == len(plan) + plan.rebuilt
     assert objects_to_send(other, [head], []) == objects_to_send(store, [head], [])
+
+
+def test_an_append_after_a_leaf_that_ended_at_a_cut_rebuilds_only_new_nodes():
+    """When the parent's last leaf ends at a cut, the rebuild writes that leaf again unchanged: it is
+    the receiver's already, so it is neither counted as rebuilt nor stored twice."""
+    store = MemoryStore()
+    history = MessageHistory().extend([{"role": "user", "content": f"m{i}"} for i in range(40)])
+    for i in range(2000):
+        history = history.append({"role": "user", "content": f"x{i}"})
+        entry_oid = history.workspace.revision(from_hex(history.revision_id)).operation["entries"][0]
+        if int.from_bytes(entry_oid[:4], "big") < 2**32 // seq.LEAF_TARGET:
+            break  # this entry ends its leaf
+    else:
+        pytest.fail("no cut in 2000 appends")
+    base = _save(store, history)
+    head = _save(store, MessageHistory(source=store, head=history.revision_id).append({"role": "user",
+                                                                                      "content": "after"}))
+    plan = plan_pack(store, [head], [base])
+    receiver = MemoryStore()
+    unpack(receiver, pack(store, [base]), {"refs/heads/main": (None, base)})
+    result = unpack(receiver, pack(store, [head], [base]), {"refs/heads/main": (base, head)})
+    assert result.objects == result.new_objects == len(plan) + plan.rebuilt
+    assert sorted(objects_to_send(receiver, [head], [base])) == sorted(objects_to_send(store, [head], [base]))
 
 
 def test_an_append_revision_whose_tree_is_not_its_parents_plus_the_entries_is_sent_whole():
@@ -218,6 +242,19 @@ def test_flipped_bytes_are_refused_and_change_nothing(pair):
         bad = bytearray(data)
         bad[at] ^= 0x40
         _refused(receiver, bytes(bad), {"refs/heads/main": (a, b)})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_damaged_rebuildable_packs_are_refused_without_a_crash(pair, data: st.DataObject):
+    """Rebuilds run on damaged records (reading the receiver's store) before the trailer is checked:
+    whatever the damage, the pack is refused with BadPack and the store is unchanged."""
+    _, receiver, a, b, packed = pair
+    bad = bytearray(packed)
+    for _ in range(data.draw(st.integers(1, 3))):
+        bad[data.draw(st.integers(0, len(bad) - 1))] ^= data.draw(st.integers(1, 255))
+    assume(bad != packed)  # two flips of one byte can cancel out
+    _refused(receiver, bytes(bad), {"refs/heads/main": (a, b)})
 
 
 def test_truncation_at_every_tenth_byte_is_refused(pair):
