@@ -24,10 +24,11 @@ from typing import Any, BinaryIO, Protocol
 import blake3
 import zstandard
 
+from . import seq
 from ._packform import BACKREF_TAG, DERIVED_TAG, Lookup, Rebuilder, decode_record, encode_record
 from .codec import MAX_OBJECT_SIZE, ObjectId, object_id, to_hex
-from .errors import BadPack, CtxStoreError, InvalidInput
-from .objects import Object, parse_object, references
+from .errors import BadPack, CtxStoreError, InvalidInput, InvalidObject
+from .objects import Object, SeqNode, parse_object, references
 from .store.base import ObjectSource
 
 __all__ = [
@@ -414,6 +415,9 @@ def _read(source: PackSource, max_object_size: int, max_total_size: int, max_obj
         try:
             if parse:
                 obj = parse_object(data, trusted=True)
+                if isinstance(obj, SeqNode) and (cut := seq.misplaced_cut(obj)) is not None:
+                    raise InvalidObject(f"sequence node item {cut} should have ended the node: it is not "
+                                        "chunked by the rule (docs/format.md)")
             if check is not None:
                 check(data)
         except CtxStoreError as exc:

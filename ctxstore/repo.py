@@ -605,9 +605,13 @@ class Repository:
                 report.problems.append(f"object {to_hex(oid)} is corrupt: its bytes hash to {to_hex(actual)}")
                 continue
             try:
-                parse_object(data)
+                obj = parse_object(data)
             except CtxStoreError as exc:
                 report.problems.append(f"object {to_hex(oid)} is malformed: {exc}")
+                continue
+            if isinstance(obj, SeqNode) and (cut := seq.misplaced_cut(obj)) is not None:
+                report.problems.append(f"sequence node {to_hex(oid)} is not chunked by the rule: item {cut} "
+                                       "should have ended it")
         with self.store.transaction() as txn:
             heads, roots, report.reflog_entries = self._roots(txn)
             report.refs = len(heads)

@@ -32,6 +32,7 @@ __all__ = [
     "encode_node",
     "iter_items",
     "leaf_hash",
+    "misplaced_cut",
     "splice",
 ]
 
@@ -179,6 +180,27 @@ def _ends_chunk(item: Item, level: int, length: int) -> bool:
     threshold, most = _LIMITS.get(level, _INNER_LIMITS)
     h = leaf_hash(item[0], item[1]) if level == 0 else item[0]
     return length >= most or int.from_bytes(h[:4], "big") < threshold
+
+
+def misplaced_cut(node: SeqNode) -> int | None:
+    """The position of the first item that should have ended this node, or None if it could be a node
+    of a tree built by the chunking rule.
+
+    A node built by the rule ends at its first cut: no item before its last is a content-defined cut,
+    and it holds at most the limit. (Whether the last item is a cut depends on the node's place in the
+    tree: only the last node of a level may end without one.) A node failing this came from elsewhere,
+    and appending to or editing a tree that holds it would not give the tree `build` gives.
+    """
+    threshold, most = _LIMITS.get(node.level, _INNER_LIMITS)
+    under = threshold.to_bytes(4, "big")
+    items = node.items
+    if len(items) > most:
+        return most - 1
+    for at, item in enumerate(items[:-1]):
+        h = (item[1] if item[1] is not None else leaf_hash(item[0], None)) if node.level == 0 else item[0]
+        if h[:4] < under:
+            return at
+    return None
 
 
 def _chunks(items: Sequence[Item], level: int) -> list[list[Item]]:

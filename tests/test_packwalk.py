@@ -98,6 +98,29 @@ def test_an_append_after_a_leaf_that_ended_at_a_cut_rebuilds_only_new_nodes():
     assert sorted(objects_to_send(receiver, [head], [base])) == sorted(objects_to_send(store, [head], [base]))
 
 
+def test_a_tree_not_chunked_by_the_rule_is_refused_by_unpack():
+    """A leaf that goes on past a cut: valid objects with the right hashes, but not the tree `build`
+    makes, so appends and edits on it would diverge from every other copy. The pack is refused."""
+    entries = [Entry(f"e{i}", "turn", {"role": "user", "content": f"m{i}"}) for i in range(2)]
+    n = 0
+    while True:  # an entry whose oid is a cut: a leaf must end right after it
+        cut = Entry(f"c{n}", "turn", {"role": "user", "content": "c"})
+        if int.from_bytes(encode_object(cut)[0][:4], "big") < 2**32 // seq.LEAF_TARGET:
+            break
+        n += 1
+    made = [encode_object(e) for e in (entries[0], cut, entries[1])]
+    leaf = SeqNode(0, [[e.id, oid] for e, (oid, _) in zip((entries[0], cut, entries[1]), made, strict=True)])
+    assert seq.misplaced_cut(leaf) == 1
+    leaf_oid, leaf_data = encode_object(leaf)
+    rev, rev_data = encode_object(Revision(None, 1, None, leaf_oid, 3))
+    sender = MemoryStore()
+    sender.put_many([*made, (leaf_oid, leaf_data), (rev, rev_data)])
+    receiver = MemoryStore()
+    _refused(receiver, b"".join(pack(sender, [rev])), {"refs/heads/main": (None, rev)})
+    with pytest.raises(BadPack, match="should have ended the node"):
+        unpack(receiver, b"".join(pack(sender, [rev])), {"refs/heads/main": (None, rev)})
+
+
 def test_an_append_revision_whose_tree_is_not_its_parents_plus_the_entries_is_sent_whole():
     store = MemoryStore()
     first = MessageHistory().extend([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])

@@ -24,6 +24,7 @@ class Nodes:
 
     def put(self, node: SeqNode) -> ObjectId:
         node.check()
+        assert seq.misplaced_cut(node) is None  # every node written follows the chunking rule
         oid, data = encode_object(node)
         if oid not in self.nodes:
             self.nodes[oid] = node
@@ -418,3 +419,23 @@ def test_a_node_that_does_not_extend_the_base_is_encoded_whole() -> None:
         assert seq.encode_node(node, (old, old_bytes)) == encode_object(node)[1]
     assert seq.encode_node(SeqNode(0, [["a", None]]), (old, old_bytes)) == encode_object(
         SeqNode(0, [["a", None]]))[1]
+
+
+def _cut_item(start: int, is_cut: bool) -> list[Any]:
+    """The first item from `start` on whose boundary hash is (or is not) a cut at the leaf level."""
+    n = start
+    while True:
+        candidate = item(n)
+        if (int.from_bytes(candidate[1][:4], "big") < 2**32 // seq.LEAF_TARGET) == is_cut:
+            return candidate
+        n += 1
+
+
+def test_misplaced_cut_finds_a_cut_before_the_end_and_an_overfull_node() -> None:
+    plain = [_cut_item(n * 1000, False) for n in range(5)]
+    cut = _cut_item(0, True)
+    assert seq.misplaced_cut(SeqNode(0, [*plain, cut])) is None  # a cut ends the node: fine
+    assert seq.misplaced_cut(SeqNode(0, [*plain[:2], cut, *plain[2:]])) == 2
+    assert seq.misplaced_cut(SeqNode(0, [])) is None
+    assert seq.misplaced_cut(SeqNode(0, [_cut_item(n * 1000, False) for n in range(4 * seq.LEAF_TARGET + 1)])) \
+        == 4 * seq.LEAF_TARGET - 1
