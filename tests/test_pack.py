@@ -182,24 +182,7 @@ def test_a_large_pack_streams_in_many_chunks() -> None:
 def test_ids_of_earlier_objects_are_sent_as_back_references() -> None:
     """No 32-byte id of an object already in the pack appears in the decompressed object section."""
     objs, _ = chain(200)
-    data = pack_bytes(objs)
-    start = len(MAGIC) + 1 + len(varint(len(objs)))
-    frame = b""
-    pos = start
-    while True:
-        size, width = 0, 0
-        while True:
-            byte = data[pos + width]
-            size |= (byte & 0x7F) << (7 * width)
-            width += 1
-            if not byte & 0x80:
-                break
-        pos += width
-        if size == 0:
-            break
-        frame += data[pos:pos + size]
-        pos += size
-    plain = zstandard.ZstdDecompressor().decompressobj().decompress(frame)
+    plain = plain_section(pack_bytes(objs))
     assert all(oid not in plain for oid, _ in objs)
     assert len(plain) < sum(len(d) for _, d in objs) * 0.6
 
@@ -551,3 +534,63 @@ def test_mutated_rebuildable_packs_never_crash(data: st.DataObject) -> None:
 
 
 SMALL_REBUILT_PACK = rebuildable_pack(SMALL)[0]
+
+
+def records_of(data: bytes) -> list[bytes]:
+    """The record bodies of a pack."""
+    plain = plain_section(data)
+    out, at = [], 0
+    while at < len(plain):
+        size, at = read_varint(plain, at)
+        out.append(plain[at:at + size])
+        at += size
+    return out
+
+
+def plain_section(data: bytes) -> bytes:
+    """The decompressed object section of a pack written by `write_pack` (one frame)."""
+    pos = len(MAGIC) + 1
+    pos = read_varint(data, pos)[1]  # past the count
+    frame = b""
+    while True:
+        size, pos = read_varint(data, pos)
+        if size == 0:
+            break
+        frame += data[pos:pos + size]
+        pos += size
+    return zstandard.ZstdDecompressor().decompressobj().decompress(frame)
+
+
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos
+
+
+_refs = st.builds(lambda n: tag(6, n), st.integers(-2, 30)) | st.binary(min_size=31, max_size=33) | values
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_refs, max_size=4) | _refs, _refs, values, st.booleans())
+def test_rebuildable_revisions_with_any_fields_are_refused_or_read_never_crash(
+        entries: object, parent: object, created: object, with_parent: bool) -> None:
+    """A rebuild runs on whatever the record names: missing, wrong-typed or odd objects give BadPack."""
+    records = records_of(SMALL_REBUILT_PACK)
+    revision = cbor2.loads(records[-1])
+    assert revision["seq"] == DERIVED  # the chain's last revision, sent rebuildable
+    revision["operation"]["entries"] = entries
+    revision["createdAt"] = created
+    if with_parent:
+        revision["parent"] = parent
+    else:
+        revision.pop("parent", None)
+    try:
+        body = cbor2.dumps(revision, canonical=True)
+    except Exception:  # what cbor2 cannot encode is no record at all
+        return
+    _only_bad_pack(craft(section([*records[:-1], body]), count=len(records)))
