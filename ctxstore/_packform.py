@@ -23,7 +23,7 @@ from .codec import MAX_DEPTH, OID_SIZE, ObjectId, object_id, to_hex
 from .errors import BadPack, CtxStoreError, InvalidInput
 from .objects import Entry, Object, Revision, SeqNode, parse_object
 
-__all__ = ["BACKREF_TAG", "DERIVED_TAG", "Lookup", "Rebuilder", "decode_record", "encode_record", "rebuildable"]
+__all__ = ["BACKREF_TAG", "DERIVED_TAG", "Lookup", "Rebuilder", "decode_record", "encode_record"]
 
 BACKREF_TAG = 6
 """CBOR tag of a back-reference; stored objects never contain tags, so it cannot be confused."""
@@ -70,7 +70,7 @@ def _substitute(value: Any, index: Mapping[bytes, int], here: int) -> tuple[Any,
     return value, False
 
 
-def rebuildable(value: Any) -> bool:
+def _appends(value: Any) -> bool:
     """Whether a decoded object is a revision made by an append (the only kind sent rebuildable)."""
     op = value.get("operation") if type(value) is dict and value.get("type") == "revision" else None
     return type(op) is dict and op.get("type") == "append"
@@ -87,7 +87,7 @@ def encode_record(data: bytes, index: Mapping[bytes, int], *, rebuild: bool = Fa
         return data  # holds no 32-byte byte string, so nothing to replace (most entries)
     value = cbor2.loads(data)
     if rebuild:
-        if not rebuildable(value):
+        if not _appends(value):
             raise InvalidInput(f"object {to_hex(object_id(data))} is not an append revision; only those are "
                                "sent rebuildable")
         value["seq"] = value["size"] = _DERIVED
@@ -154,9 +154,9 @@ def _split_derived(raw: Any) -> bool:
     """
     if type(raw) is not dict or raw.get("seq") != _DERIVED:
         return False
-    op = raw.get("operation")
-    if raw.get("type") != "revision" or type(op) is not dict or op.get("type") != "append":
+    if not _appends(raw):
         raise BadPack("a tag-7 seq is allowed only in a revision whose operation is an append")
+    op = raw["operation"]
     if raw.get("size") != _DERIVED or op.get("entryIds") != _DERIVED:
         raise BadPack("a rebuildable revision sends seq, size and operation entryIds all as tag 7")
     del raw["seq"], raw["size"], op["entryIds"]
