@@ -358,12 +358,10 @@ def read_pack(source: PackSource, *, max_object_size: int = MAX_OBJECT_SIZE,
     stage the objects (or use `verify_pack`). From a file object exactly the pack's bytes are read; from
     an iterable, bytes after it are an error. Anything wrong raises `BadPack`.
     """
-    if check is check_shape:
-        for oid, data, _ in _read(source, max_object_size, max_total_size, max_objects, None, lookup, True):
-            yield oid, data
-    else:
-        for oid, data, _ in _read(source, max_object_size, max_total_size, max_objects, check, lookup, False):
-            yield oid, data
+    parse = check is check_shape  # parsing is that check, and keeps the parsed objects for rebuilds
+    for oid, data, _ in _read(source, max_object_size, max_total_size, max_objects, None if parse else check,
+                              lookup, parse):
+        yield oid, data
 
 
 def _read(source: PackSource, max_object_size: int, max_total_size: int, max_objects: int,
