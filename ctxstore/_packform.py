@@ -21,9 +21,9 @@ import cbor2
 from . import seq
 from .codec import MAX_DEPTH, OID_SIZE, ObjectId, object_id, to_hex
 from .errors import BadPack, CtxStoreError, InvalidInput
-from .objects import Entry, Object, Revision, SeqNode, parse_object
+from .objects import Entry, Object, Revision, SeqNode, encode_object, parse_object
 
-__all__ = ["BACKREF_TAG", "DERIVED_TAG", "Lookup", "Rebuilder", "decode_record", "encode_record"]
+__all__ = ["BACKREF_TAG", "DERIVED_TAG", "Lookup", "Rebuilder", "decode_record", "encode_record", "rebuild_tree"]
 
 BACKREF_TAG = 6
 """CBOR tag of a back-reference; stored objects never contain tags, so it cannot be confused."""
@@ -166,6 +166,37 @@ def _split_derived(raw: Any) -> bool:
 Lookup = Callable[[ObjectId], bytes | None]
 
 
+def rebuild_tree(parent: Revision | None, pairs: list[list[Any]],
+                 get: Callable[[ObjectId], SeqNode]) -> tuple[ObjectId, int, list[tuple[ObjectId, bytes, SeqNode]]]:
+    """The rule both sides of a pack follow to rebuild an append revision: its tree is the parent's
+    tree (an empty one without a parent) with the appended (entry id, entry oid) `pairs` added by the
+    chunking rule, and its size the parent's plus their number.
+
+    Returns the root, the size, and the nodes the tree has that the parent's lacks (id, canonical
+    bytes, node), each once: a re-cut that leaves one of the parent's nodes as it was gives it back,
+    and it is not new.
+    """
+    made: dict[ObjectId, tuple[ObjectId, bytes, SeqNode]] = {}
+    read: set[ObjectId] = set()
+
+    def reading(nid: ObjectId) -> SeqNode:
+        read.add(nid)
+        return get(nid)
+
+    def put(node: SeqNode) -> ObjectId:
+        data = seq.encode_node(node) or encode_object(node)[1]
+        nid = object_id(data)
+        if nid not in read:
+            made.setdefault(nid, (nid, data, node))
+        return nid
+
+    if parent is None:
+        return seq.build(pairs, put), len(pairs), list(made.values())
+    root = seq.append(parent.seq, pairs, reading, put)
+    return root, parent.size + len(pairs), list(made.values())
+
+
+
 class Rebuilder:
     """Restores records in pack order: resolves back-references and rebuilds rebuildable revisions.
 
@@ -237,30 +268,20 @@ class Rebuilder:
             raise BadPack("a rebuildable revision's append entries must be a list of object ids")
         ids = [self._entry_ids.get(o) or self._get(ObjectId(o), Entry, "appended entry").id for o in oids]
         pairs = [[i, o] for i, o in zip(ids, oids, strict=True)]
-        made: list[tuple[ObjectId, bytes, SeqNode]] = []
-        read: set[ObjectId] = set()  # the parent's spine: a re-cut that changes nothing gives these back
-
-        def put(node: SeqNode) -> ObjectId:
-            data = cbor2.dumps(node.to_value(), canonical=True)  # items from checked objects: no checks
-            nid = object_id(data)
-            if nid not in read:
-                self.remember(nid, node)
-                made.append((nid, data, node))
-            return nid
+        parent = value.get("parent")
+        prev: Revision | None = None
+        if parent is not None:
+            if type(parent) is not bytes or len(parent) != OID_SIZE:
+                raise BadPack("a rebuildable revision's parent must be an object id")
+            prev = self._get(ObjectId(parent), Revision, "parent revision")
 
         def get(nid: ObjectId) -> SeqNode:
             node: SeqNode = self._get(nid, SeqNode, "sequence node")
-            read.add(nid)
             return node
 
-        parent = value.get("parent")
-        if parent is None:
-            root, size = seq.build(pairs, put), len(pairs)
-        else:
-            if type(parent) is not bytes or len(parent) != OID_SIZE:
-                raise BadPack("a rebuildable revision's parent must be an object id")
-            prev: Revision = self._get(ObjectId(parent), Revision, "parent revision")
-            root, size = seq.append(prev.seq, pairs, get, put), prev.size + len(pairs)
+        root, size, made = rebuild_tree(prev, pairs, get)
+        for nid, _, node in made:
+            self.remember(nid, node)
         value["seq"], value["size"] = root, size
         op["entryIds"] = ids
         return value, made, True

@@ -14,10 +14,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import cbor2
-
 from . import seq
-from .codec import MAX_OBJECT_SIZE, ObjectId, object_id, to_hex
+from ._packform import rebuild_tree
+from .codec import MAX_OBJECT_SIZE, ObjectId, to_hex
 from .errors import BadPack, InvalidInput, InvalidObject, MissingObject
 from .objects import Entry, Object, Revision, SeqNode, parse_object
 from .pack import DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOTAL_SIZE, PackSource, missing_references, verify_pack
@@ -274,26 +273,13 @@ def _rebuild(reader: _Reader, rev: Revision) -> tuple[list[ObjectId], dict[Objec
         if entry.id != entry_id:
             return None
         blobs[ObjectId(entry_oid)] = tuple(entry.blob_ids())
-    made: set[ObjectId] = set()
-    read: set[ObjectId] = set()  # the parent's spine: a re-cut that changes nothing gives these back
-
-    def get(nid: ObjectId) -> SeqNode:
-        read.add(nid)
-        return reader.node(nid)
-
-    def put(node: SeqNode) -> ObjectId:
-        nid = object_id(cbor2.dumps(node.to_value(), canonical=True))  # a node of valid items: no checks
-        if nid not in read:
-            reader.keep(nid, node)  # the next revision's rebuild reads it as its parent's spine
-            made.add(nid)
-        return nid
-
-    if rev.parent is None:
-        root, size = seq.build(pairs, put), len(pairs)
-    else:
-        parent = reader.revision(rev.parent)
-        root, size = seq.append(parent.seq, pairs, get, put), parent.size + len(pairs)
-    return (list(made), blobs) if root == rev.seq and size == rev.size else None
+    parent = None if rev.parent is None else reader.revision(rev.parent)
+    root, size, made = rebuild_tree(parent, pairs, reader.node)
+    if root != rev.seq or size != rev.size:
+        return None
+    for nid, _, node in made:
+        reader.keep(nid, node)  # the next revision's rebuild reads it as its parent's spine
+    return [nid for nid, _, _ in made], blobs
 
 
 def pack(store: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[ObjectId] = (), *,

@@ -339,38 +339,34 @@ class _Env:
 
     # -- objects: in `objs`, or in `objects` (and `times`) for a store written before it ---------------
 
+    def _record(self, txn: lmdb.Transaction, oid: bytes) -> bytes | None:
+        """The object's record in `objs` (write time, id tail, stored value), or None if not there."""
+        if self.objs is None:
+            return None
+        record = txn.get(oid[:KEY_SIZE], db=self.objs)
+        return record if record is not None and record[TIME_SIZE:HEAD_SIZE] == oid[KEY_SIZE:] else None
+
     def find(self, txn: lmdb.Transaction, oid: bytes) -> bytes | None:
         """An object's stored value (codec byte, then the payload), or None if it is not held."""
-        if self.objs is not None:
-            value = txn.get(oid[:KEY_SIZE], db=self.objs)
-            if value is not None and value[TIME_SIZE:HEAD_SIZE] == oid[KEY_SIZE:]:
-                return value[HEAD_SIZE:]
-        return txn.get(oid, db=self.legacy)
+        record = self._record(txn, oid)
+        return record[HEAD_SIZE:] if record is not None else txn.get(oid, db=self.legacy)
 
     def holds(self, txn: lmdb.Transaction, oid: bytes) -> bool:
-        if self.objs is not None:
-            value = txn.get(oid[:KEY_SIZE], db=self.objs)
-            if value is not None and value[TIME_SIZE:HEAD_SIZE] == oid[KEY_SIZE:]:
-                return True
-        return txn.get(oid, db=self.legacy) is not None
+        return self._record(txn, oid) is not None or txn.get(oid, db=self.legacy) is not None
 
     def written(self, txn: lmdb.Transaction, oid: bytes) -> int | None:
-        if self.objs is not None:
-            value = txn.get(oid[:KEY_SIZE], db=self.objs)
-            if value is not None and value[TIME_SIZE:HEAD_SIZE] == oid[KEY_SIZE:]:
-                return int.from_bytes(value[:TIME_SIZE], "big")
+        record = self._record(txn, oid)
+        if record is not None:
+            return int.from_bytes(record[:TIME_SIZE], "big")
         if txn.get(oid, db=self.legacy) is None:
             return None
         stamp = txn.get(oid, db=self.dbs[b"times"])
         return 0 if stamp is None else int.from_bytes(stamp, "big")
 
     def delete_object(self, txn: lmdb.Transaction, oid: bytes) -> None:
-        if self.objs is not None:
-            value = txn.get(oid[:KEY_SIZE], db=self.objs)
-            if value is not None and value[TIME_SIZE:HEAD_SIZE] == oid[KEY_SIZE:]:
-                txn.delete(oid[:KEY_SIZE], db=self.objs)
-                return
-        if txn.delete(oid, db=self.legacy):
+        if self._record(txn, oid) is not None:
+            txn.delete(oid[:KEY_SIZE], db=self.objs)
+        elif txn.delete(oid, db=self.legacy):
             txn.delete(oid, db=self.dbs[b"times"])
 
     def count(self, txn: lmdb.Transaction) -> int:
