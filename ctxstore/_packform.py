@@ -2,12 +2,12 @@
 
 Two substitutions make the pack form smaller than the object. A 32-byte id of an earlier object of the
 same pack becomes a back-reference (CBOR tag 6 holding how far back it is). And a revision made by
-appending entries to its parent can be sent *rebuildable* (pack version 2): its sequence root, its size
-and its operation's entry ids are each replaced by CBOR tag 7 (null), because the receiver computes them
-from the parent's tree and the appended entries, and its sequence nodes are not sent at all. The
-receiver rebuilds them with `seq.append`, which gives the same tree as the sender's by the chunking
-rule, and hashes the result like any other object: a wrong rebuild gives a different id, never a
-silently different object. ``docs/protocol.md`` specifies both.
+appending entries to its parent can be sent *rebuildable*: its spine, its size and its operation's entry
+ids are each replaced by CBOR tag 7 (null), because the receiver computes them from the parent's spine
+and the appended entries, and the sequence nodes the append closed are not sent at all. The receiver
+rebuilds them with `seq.append`, which gives the same tree as the sender's by the chunking rule, and
+hashes the result like any other object: a wrong rebuild gives a different id, never a silently
+different object. ``docs/protocol.md`` specifies both.
 """
 
 from __future__ import annotations
@@ -40,16 +40,16 @@ _ENTRY_IDS = 1 << 18
 def _substitute(value: Any, index: Mapping[bytes, int], here: int) -> tuple[Any, bool]:
     """The value with every id of an earlier pack object replaced by a back-reference.
 
-    Version 2 sends the distance back from object `here` (version 1, `here` < 0, the position): each
-    revision of a chain then names its parent and its entry by the same small numbers, so successive
-    revisions repeat each other byte for byte and compress to little more than their timestamps.
+    It is the distance back from object `here`: each revision of a chain then names its parent and its
+    entry by the same small numbers, so successive revisions repeat each other byte for byte and compress
+    to little more than their timestamps.
     """
     t = type(value)
     if t is bytes:
         if len(value) == OID_SIZE:
             at = index.get(value)
             if at is not None:
-                return cbor2.CBORTag(BACKREF_TAG, at if here < 0 else here - at), True
+                return cbor2.CBORTag(BACKREF_TAG, here - at), True
         return value, False
     if t is list:
         changed = False
@@ -76,9 +76,9 @@ def _appends(value: Any) -> bool:
     return type(op) is dict and op.get("type") == "append"
 
 
-def encode_record(data: bytes, index: Mapping[bytes, int], *, rebuild: bool = False, version: int = 2) -> bytes:
+def encode_record(data: bytes, index: Mapping[bytes, int], *, rebuild: bool = False) -> bytes:
     """The pack form of the object with canonical bytes `data`, sent after the objects in `index` (the
-    positions of the records before it) in a pack of `version`.
+    positions of the records before it).
 
     With `rebuild`, the object must be an append revision, and its seq, size and entryIds are sent as
     tag 7 for the receiver to compute (the caller has checked that the computation gives them back).
@@ -92,17 +92,16 @@ def encode_record(data: bytes, index: Mapping[bytes, int], *, rebuild: bool = Fa
                                "sent rebuildable")
         value["seq"] = value["size"] = _DERIVED
         value["operation"] = {**value["operation"], "entryIds": _DERIVED}
-    new, changed = _substitute(value, index, len(index) if version >= 2 else -1)
+    new, changed = _substitute(value, index, len(index))
     return cbor2.dumps(new, canonical=True) if changed or rebuild else data
 
 
 class _Restore:
     """Turns a decoded pack form back into the object's value, refusing anything a writer cannot send."""
 
-    def __init__(self, oids: Sequence[bytes], index: Mapping[bytes, int], relative: bool) -> None:
+    def __init__(self, oids: Sequence[bytes], index: Mapping[bytes, int]) -> None:
         self.oids = oids
         self.index = index
-        self.relative = relative
         self.resolved = 0  # back-references resolved so far
 
     def value(self, value: Any, depth: int = 0) -> Any:
@@ -131,8 +130,8 @@ class _Restore:
             return out
         if t is cbor2.CBORTag and value.tag == BACKREF_TAG:
             n = value.value
-            at = len(self.oids) - n if self.relative and type(n) is int else n
-            if type(n) is not int or not 0 <= at < len(self.oids) or (self.relative and n == 0):
+            at = len(self.oids) - n if type(n) is int else -1
+            if not 0 <= at < len(self.oids) or n == 0:
                 raise BadPack(f"back-reference {n!r} does not name an earlier object")
             self.resolved += 1
             return self.oids[at]
@@ -166,53 +165,42 @@ def _split_derived(raw: Any) -> bool:
 Lookup = Callable[[ObjectId], bytes | None]
 
 
-def rebuild_tree(parent: Revision | None, pairs: list[list[Any]],
-                 get: Callable[[ObjectId], SeqNode]) -> tuple[ObjectId, int, list[tuple[ObjectId, bytes, SeqNode]]]:
+def rebuild_tree(parent: Revision | None,
+                 pairs: list[list[Any]]) -> tuple[seq.Spine, int, list[tuple[ObjectId, bytes, SeqNode]]]:
     """The rule both sides of a pack follow to rebuild an append revision: its tree is the parent's
     tree (an empty one without a parent) with the appended (entry id, entry oid) `pairs` added by the
     chunking rule, and its size the parent's plus their number.
 
-    Returns the root, the size, and the nodes the tree has that the parent's lacks (id, canonical
-    bytes, node), each once: a re-cut that leaves one of the parent's nodes as it was gives it back,
-    and it is not new.
+    Returns the spine, the size, and the nodes the append closes (id, canonical bytes, node), each once.
+    Nothing is read: the parent's spine is all an append changes.
     """
     made: dict[ObjectId, tuple[ObjectId, bytes, SeqNode]] = {}
-    read: set[ObjectId] = set()
-
-    def reading(nid: ObjectId) -> SeqNode:
-        read.add(nid)
-        return get(nid)
 
     def put(node: SeqNode) -> ObjectId:
         data = seq.encode_node(node) or encode_object(node)[1]
         nid = object_id(data)
-        if nid not in read:
-            made.setdefault(nid, (nid, data, node))
+        made.setdefault(nid, (nid, data, node))
         return nid
 
-    if parent is None:
-        return seq.build(pairs, put), len(pairs), list(made.values())
-    root = seq.append(parent.seq, pairs, reading, put)
-    return root, parent.size + len(pairs), list(made.values())
-
+    spine = seq.append(parent.seq if parent is not None else [[]], pairs, put)
+    return spine, (parent.size if parent is not None else 0) + len(pairs), list(made.values())
 
 
 class Rebuilder:
     """Restores records in pack order: resolves back-references and rebuilds rebuildable revisions.
 
-    A rebuild reads the parent revision, the entries the append names and the parent's sequence nodes,
-    from the objects this rebuilder has seen recently, else through `lookup` (the objects of this pack
-    held aside, then the receiving repository). The nodes a rebuild makes are handed back to be stored
+    A rebuild reads the parent revision and the entries the append names, from the objects this
+    rebuilder has seen recently, else through `lookup` (the objects of this pack held aside, then the
+    receiving repository). The nodes a rebuild makes are handed back to be stored
     like the pack's own objects.
     """
 
-    def __init__(self, lookup: Lookup | None = None, *, version: int = 2) -> None:
+    def __init__(self, lookup: Lookup | None = None) -> None:
         self.oids: list[bytes] = []
         self.index: dict[bytes, int] = {}
         self.rebuilt: set[bytes] = set()
-        self._restore = _Restore(self.oids, self.index, relative=version >= 2)
+        self._restore = _Restore(self.oids, self.index)
         self._lookup = lookup
-        self._rebuild = version >= 2
         self._recent: dict[bytes, Object | bytes] = {}
         self._entry_ids: dict[bytes, str] = {}  # all a rebuild needs of an entry, so many are kept
 
@@ -257,7 +245,7 @@ class Rebuilder:
     def restore(self, raw: Any) -> tuple[Any, list[tuple[ObjectId, bytes, SeqNode]], bool]:
         """The object value a decoded record stands for, the nodes rebuilt for it (to store first), and
         whether the value differs from the record (False: the record's bytes are the object's)."""
-        derived = self._rebuild and _split_derived(raw)
+        derived = _split_derived(raw)
         before = self._restore.resolved
         value = self._restore.value(raw)
         if not derived:
@@ -275,14 +263,10 @@ class Rebuilder:
                 raise BadPack("a rebuildable revision's parent must be an object id")
             prev = self._get(ObjectId(parent), Revision, "parent revision")
 
-        def get(nid: ObjectId) -> SeqNode:
-            node: SeqNode = self._get(nid, SeqNode, "sequence node")
-            return node
-
-        root, size, made = rebuild_tree(prev, pairs, get)
+        spine, size, made = rebuild_tree(prev, pairs)
         for nid, _, node in made:
             self.remember(nid, node)
-        value["seq"], value["size"] = root, size
+        value["seq"], value["size"] = spine, size
         op["entryIds"] = ids
         return value, made, True
 

@@ -42,7 +42,14 @@ class _Views:
         self._ws = history.workspace
         self._ids: dict[ObjectId, list[str]] = {}
 
-    def ids(self, root: ObjectId) -> list[str]:
+    def ids(self, spine: seq.Spine) -> list[str]:
+        out: list[str] = []
+        for oid, _ in seq.subtrees(spine):
+            out.extend(self._node_ids(oid))
+        out.extend(i for i, _ in spine[0])
+        return out
+
+    def _node_ids(self, root: ObjectId) -> list[str]:
         found = self._ids.get(root)
         if found is None:
             node = self._ws.node(root)
@@ -51,24 +58,32 @@ class _Views:
             else:
                 found = []
                 for child, _ in node.items:
-                    found.extend(self.ids(ObjectId(child)))
+                    found.extend(self._node_ids(ObjectId(child)))
             self._ids[root] = found
         return found
 
-    def entries(self, root: ObjectId, out: dict[ObjectId, None], seen: set[ObjectId]) -> None:
-        """Add every entry oid under `root` to `out`, visiting each node once."""
+    def entries(self, spine: seq.Spine, out: dict[ObjectId, None], seen: set[ObjectId]) -> None:
+        """Add every entry oid of a spine's list to `out`, visiting each stored node once."""
+        for oid, _ in seq.subtrees(spine):
+            self._node_entries(oid, out, seen)
+        self._leaf_entries(spine[0], out)
+
+    def _node_entries(self, root: ObjectId, out: dict[ObjectId, None], seen: set[ObjectId]) -> None:
         if root in seen:
             return
         seen.add(root)
         node = self._ws.node(root)
         if node.level == 0:
-            for entry_id, oid in node.items:
-                found = oid if oid is not None else self._ws.index.get(entry_id)
-                if found is not None:
-                    out.setdefault(found)
+            self._leaf_entries(node.items, out)
         else:
             for child, _ in node.items:
-                self.entries(ObjectId(child), out, seen)
+                self._node_entries(ObjectId(child), out, seen)
+
+    def _leaf_entries(self, items: list[list[Any]], out: dict[ObjectId, None]) -> None:
+        for entry_id, oid in items:
+            found = oid if oid is not None else self._ws.index.get(entry_id)
+            if found is not None:
+                out.setdefault(found)
 
 
 def _revision_dicts(history: MessageHistory, oids: list[ObjectId],
@@ -201,7 +216,7 @@ def _stored_operation(history: MessageHistory, op: Any) -> dict[str, Any] | None
     return {"type": "edit", "patches": [stored_patch(p, history._make_entries) for p in patches]}
 
 
-def _tree_for(history: MessageHistory, parent: ObjectId | None, ids: list[str], views: _Views) -> ObjectId:
+def _tree_for(history: MessageHistory, parent: ObjectId | None, ids: list[str], views: _Views) -> seq.Spine:
     """The tree of `ids`: the parent's tree extended when `ids` only adds to it, else built whole."""
     ws = history.workspace
     if parent is not None:
@@ -209,7 +224,7 @@ def _tree_for(history: MessageHistory, parent: ObjectId | None, ids: list[str], 
         before = views.ids(base)
         if len(ids) >= len(before) and ids[: len(before)] == before:
             added = [[i, history._lookup(i)] for i in ids[len(before):]]
-            return seq.append(base, added, ws.node, ws.put)
+            return seq.append(base, added, ws.put)
     return seq.build([[i, history._lookup(i)] for i in ids], ws.put)
 
 

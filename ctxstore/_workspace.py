@@ -5,20 +5,18 @@ from __future__ import annotations
 import base64
 import itertools
 import os
-from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
 from .codec import ObjectId, now_ms, object_id, to_hex
 from .errors import InvalidObject, MissingObject
 from .objects import Entry, Object, Revision, SeqNode, encode_object, parse_object
-from .seq import encode_node
+from .seq import SpineBytes, encode_node, encode_revision
 from .store.base import ObjectSource
 
 __all__ = ["Workspace", "new_entry_id"]
 
 _CACHE_LIMIT = 200_000
-_NODE_BYTES_LIMIT = 256
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
 _TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode())
 _MASK_130 = (1 << 130) - 1
@@ -69,10 +67,8 @@ class Workspace:
         """Entry id to entry oid for every entry this workspace has made or read."""
         self.indexed: set[ObjectId] = set()
         """Revisions and tree nodes whose entries are all in `index`."""
-        # The canonical bytes of recent seq nodes, and the last node seen at each level: an append
-        # rewrites the last node of each level as that node plus a little, so its encoding is reused.
-        self._node_bytes: OrderedDict[ObjectId, bytes] = OrderedDict()
-        self._last_node: dict[int, ObjectId] = {}
+        # The last revision's spine levels with their encoded items: an append keeps most of them.
+        self._last_spine: SpineBytes | None = None
 
     # -- objects -------------------------------------------------------------------------------
     def get(self, oid: ObjectId) -> Object:
@@ -85,8 +81,6 @@ class Workspace:
                 raise MissingObject(f"object {to_hex(oid)} is not in this history")
             data = self.source.get(oid)
         obj = parse_object(data, trusted=True)
-        if type(obj) is SeqNode:
-            self._keep_node_bytes(oid, data)
         self._remember(oid, obj)
         return obj
 
@@ -106,29 +100,18 @@ class Workspace:
         return oid in self._pending or (self.source is not None and self.source.has(oid))
 
     def put(self, obj: Object) -> ObjectId:
-        if type(obj) is SeqNode and type(obj.level) is int:
-            # The nodes an append rewrites are the bulk of its encoding work: encode them directly,
-            # reusing the bytes of the node this one extends where it does.
-            base = None
-            last = self._last_node.get(obj.level)
-            if last is not None:
-                old, data = self._decoded.get(last), self._node_bytes.get(last)
-                if type(old) is SeqNode and data is not None:
-                    base = (old, data)
-            fast = encode_node(obj, base)
+        if type(obj) is SeqNode:
+            fast = encode_node(obj)
             if fast is not None:
-                oid = object_id(fast)
-                self._keep_node_bytes(oid, fast)
-                self._last_node[obj.level] = oid
-                return self.put_encoded(oid, fast, obj)
+                return self.put_encoded(object_id(fast), fast, obj)
+        if type(obj) is Revision:
+            # Its spine is most of it: encoded directly, reusing the last revision's encoded levels.
+            fast = encode_revision(obj, self._last_spine)
+            if fast is not None:
+                data, self._last_spine = fast
+                return self.put_encoded(object_id(data), data, obj)
         oid, data = encode_object(obj)
         return self.put_encoded(oid, data, obj)
-
-    def _keep_node_bytes(self, oid: ObjectId, data: bytes) -> None:
-        kept = self._node_bytes
-        kept[oid] = data
-        if len(kept) > _NODE_BYTES_LIMIT:
-            kept.popitem(last=False)
 
     def put_encoded(self, oid: ObjectId, data: bytes, obj: Object) -> ObjectId:
         """Add an object whose id and canonical bytes the caller has already computed."""
@@ -179,7 +162,6 @@ class Workspace:
                 if entry_oid is not None:
                     self.index.setdefault(entry_id, entry_oid)
             self.indexed.add(oid)
-        self._last_node[obj.level] = oid
         return obj
 
     def value(self, oid: ObjectId) -> Any:

@@ -17,7 +17,7 @@ from ._workspace import Workspace
 from .budget import estimate_tokens
 from .codec import ObjectId, from_hex, now_ms, to_hex
 from .errors import DuplicateEntryId, InvalidInput, InvalidObject, MissingObject, UnknownRevision
-from .objects import Revision, SeqNode
+from .objects import Revision
 from .store.base import ObjectSource
 
 __all__ = ["MessageHistory", "MessageHistoryEntry"]
@@ -57,7 +57,7 @@ class MessageHistory:
     def __init__(self, *, source: ObjectSource | None = None, head: str | None = None) -> None:
         self._ws = Workspace(source)
         if head is None:
-            root = self._ws.put(Revision(None, now_ms(), None, self._ws.put(_EMPTY_LEAF), 0))
+            root = self._ws.put(Revision(None, now_ms(), None, [[]], 0))
             self._head = root
         else:
             self._head = from_hex(head)
@@ -127,10 +127,17 @@ class MessageHistory:
             if rev_oid in ws.indexed:
                 continue
             rev = ws.revision(rev_oid)
-            self._index_tree(rev.seq)
+            self._index_spine(rev.seq)
             for oid in rev.operation_ids():
                 ws.index.setdefault(ws.entry(oid).id, oid)
             ws.indexed.add(rev_oid)
+
+    def _index_spine(self, spine: seq.Spine) -> None:
+        for entry_id, entry_oid in spine[0]:
+            if entry_oid is not None:
+                self._ws.index.setdefault(entry_id, entry_oid)
+        for oid, _ in seq.subtrees(spine):
+            self._index_tree(oid)
 
     def _index_tree(self, root: ObjectId) -> None:
         if root in self._ws.indexed:
@@ -228,7 +235,7 @@ class MessageHistory:
             self._ws.index.setdefault(entry_id, oid)
         return made
 
-    def _new_revision(self, operation: dict[str, Any] | None, root: ObjectId, size: int,
+    def _new_revision(self, operation: dict[str, Any] | None, root: seq.Spine, size: int,
                       created_at: int | None = None) -> MessageHistory:
         rev = Revision(self._head, now_ms() if created_at is None else created_at, operation, root, size)
         return self._advance(self._ws.put(rev))
@@ -243,7 +250,7 @@ class MessageHistory:
 
     def _append_made(self, made: list[tuple[str, ObjectId]], created_at: int | None = None) -> MessageHistory:
         rev = self._revision()
-        root = seq.append(rev.seq, [[i, o] for i, o in made], self._ws.node, self._ws.put)
+        root = seq.append(rev.seq, [[i, o] for i, o in made], self._ws.put)
         op = {"type": "append", "entryIds": [i for i, _ in made], "entries": [o for _, o in made]}
         return self._new_revision(op, root, rev.size + len(made), created_at)
 
@@ -391,10 +398,7 @@ class MessageHistory:
         return load_into(self, delta, fresh=_fresh)
 
 
-_EMPTY_LEAF = SeqNode(0, [])
-
-
-def _respliced(root: ObjectId, before: list[Item], after: list[Item], ws: Workspace) -> ObjectId:
+def _respliced(root: seq.Spine, before: list[Item], after: list[Item], ws: Workspace) -> seq.Spine:
     """The tree of `after`, made from `before`'s tree by rewriting only the span where they differ.
 
     An edit usually touches a few entries, so this writes the nodes around that span (O(log n)) where a

@@ -93,12 +93,17 @@ class Entry:
 
 @dataclass(frozen=True, slots=True, eq=True)
 class Revision:
-    """An ordered view of entries (the root of a sequence tree), the operation that made it, a parent."""
+    """An ordered view of entries, the operation that made it, a parent.
+
+    `seq` is the view's sequence tree as its right-hand spine: for each level from the leaves up, the
+    items of the level's last node, without (above the leaves) the last item, which is the ref to the
+    spine node below. The nodes left of the spine are stored `SeqNode`s it points to (see `seq`).
+    """
 
     parent: ObjectId | None
     created_at: int
     operation: dict[str, Any] | None
-    seq: ObjectId
+    seq: list[list[list[Any]]]
     size: int
 
     def to_value(self) -> dict[str, Any]:
@@ -115,10 +120,15 @@ class Revision:
             raise _fail("revision", "parent must be an object id")
         if type(self.created_at) is not int or self.created_at < 0:
             raise _fail("revision", "createdAt must be a non-negative integer (ms since the epoch)")
-        if not _is_oid(self.seq):
-            raise _fail("revision", "seq must be an object id")
+        spine = self.seq
+        if type(spine) is not list or not spine or len(spine) > 64 or any(type(s) is not list for s in spine):
+            raise _fail("revision", "seq must be a list of 1 to 64 levels, each a list of items")
+        for level, items in enumerate(spine):
+            _check_items(items, level, "revision")
         if type(self.size) is not int or self.size < 0:
             raise _fail("revision", "size must be a non-negative integer")
+        if self.size != len(spine[0]) + sum(c for items in spine[1:] for _, c in items):
+            raise _fail("revision", "size must be the number of entries seq holds")
         if self.operation is not None:
             _check_operation(self.operation)
 
@@ -188,6 +198,19 @@ def _check_patch(patch: Any) -> None:
             _check_oids(patch.get("entries"), f"{op} entries")
 
 
+def _check_items(items: Any, level: int, what: str) -> None:
+    if type(items) is not list:
+        raise _fail(what, "items must be a list")
+    for item in items:
+        if type(item) is not list or len(item) != 2:
+            raise _fail(what, "each item must be a pair")
+        if level == 0:
+            if type(item[0]) is not str or not (item[1] is None or _is_oid(item[1])):
+                raise _fail(what, "leaf items must be [entry id, entry oid or null]")
+        elif not _is_oid(item[0]) or type(item[1]) is not int or item[1] < 1:
+            raise _fail(what, "inner items must be [child oid, positive count]")
+
+
 @dataclass(frozen=True, slots=True, eq=True)
 class SeqNode:
     """A node of the sequence tree.
@@ -207,16 +230,9 @@ class SeqNode:
             raise _fail("seq", "level must be an integer from 0 to 63")
         if type(self.items) is not list:
             raise _fail("seq", "items must be a list")
-        for item in self.items:
-            if type(item) is not list or len(item) != 2:
-                raise _fail("seq", "each item must be a pair")
-            if self.level == 0:
-                if type(item[0]) is not str or not (item[1] is None or _is_oid(item[1])):
-                    raise _fail("seq", "leaf items must be [entry id, entry oid or null]")
-            elif not _is_oid(item[0]) or type(item[1]) is not int or item[1] < 1:
-                raise _fail("seq", "inner items must be [child oid, positive count]")
-        if self.level > 0 and not self.items:
-            raise _fail("seq", "an inner node must have children")
+        _check_items(self.items, self.level, "seq")
+        if not self.items:
+            raise _fail("seq", "a stored node must have items")
 
     @property
     def count(self) -> int:
@@ -295,7 +311,8 @@ def parse_object(data: bytes, *, trusted: bool = False) -> Object:
 def references(obj: Object) -> list[ObjectId]:
     """The object ids an object points to."""
     if isinstance(obj, Revision):
-        out = [obj.seq]
+        out = [ObjectId(oid) for _, oid in obj.seq[0] if oid is not None]
+        out.extend(ObjectId(oid) for items in obj.seq[1:] for oid, _ in items)
         if obj.parent is not None:
             out.append(obj.parent)
         out.extend(obj.operation_ids())

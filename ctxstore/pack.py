@@ -28,7 +28,7 @@ from . import seq
 from ._packform import BACKREF_TAG, DERIVED_TAG, Lookup, Rebuilder, decode_record, encode_record
 from .codec import MAX_OBJECT_SIZE, ObjectId, object_id, to_hex
 from .errors import BadPack, CtxStoreError, InvalidInput, InvalidObject
-from .objects import Object, SeqNode, parse_object, references
+from .objects import Object, parse_object, references
 from .store.base import ObjectSource
 
 __all__ = [
@@ -49,10 +49,11 @@ __all__ = [
 ]
 
 MAGIC = b"CTXP"
-VERSION = 2
+VERSION = 3
 """The pack version this ctxstore writes."""
-VERSIONS = (1, 2)
-"""The pack versions this ctxstore reads (version 1 has no rebuildable revisions)."""
+VERSIONS = (3,)
+"""The pack versions this ctxstore reads. Versions 1 and 2 carry repository format 1 objects, whose
+revisions point at a stored tree root instead of holding their spine (docs/format.md)."""
 MAX_CHUNK = 1 << 20
 """Largest compressed chunk a reader accepts (writers emit about 64 KiB)."""
 MAX_WINDOW_SIZE = 1 << 25
@@ -149,9 +150,7 @@ def write_pack(objects: Iterable[tuple[ObjectId, bytes]], count: int, *, level: 
         if oid in index:
             raise InvalidInput(f"object {to_hex(oid)} is given twice (objects {index[oid]} and {here})")
         rebuild = oid in rebuildable
-        if rebuild and version < 2:
-            raise InvalidInput(f"pack version {version} cannot send revision {to_hex(oid)} rebuildable")
-        body = encode_record(data, index, rebuild=rebuild, version=version)
+        body = encode_record(data, index, rebuild=rebuild)
         index[oid] = here
         plain += _varint(len(body))
         plain += body
@@ -373,6 +372,10 @@ def _read(source: PackSource, max_object_size: int, max_total_size: int, max_obj
     if magic != MAGIC:
         raise BadPack(f"not a ctxstore pack: it starts with {magic!r}, not {MAGIC!r}")
     version = wire.read(1, "the version")[0]
+    if version in (1, 2):
+        raise BadPack(f"bad pack: version {version} carries repository format 1 objects, which this ctxstore "
+                      f"does not read (it reads pack version {VERSION}, format 2); the sender needs a newer "
+                      "ctxstore")
     if version not in VERSIONS:
         raise BadPack(f"bad pack: format version {version} is not supported (this ctxstore reads versions "
                       f"{list(VERSIONS)}); upgrade ctxstore or ask the sender for version {VERSION}")
@@ -381,7 +384,7 @@ def _read(source: PackSource, max_object_size: int, max_total_size: int, max_obj
         raise BadPack(f"bad pack: it declares {count} objects, over the limit of {max_objects}; "
                       "raise max_objects if this pack is expected")
     inflater = _Inflater(wire, max_total_size)
-    rebuilder = Rebuilder(lookup, version=version)
+    rebuilder = Rebuilder(lookup)
     index, rebuilt = rebuilder.index, rebuilder.rebuilt
     for here in range(count):
         at = inflater.consumed
@@ -413,9 +416,8 @@ def _read(source: PackSource, max_object_size: int, max_total_size: int, max_obj
         try:
             if parse:
                 obj = parse_object(data, trusted=True)
-                if isinstance(obj, SeqNode) and (cut := seq.misplaced_cut(obj)) is not None:
-                    raise InvalidObject(f"sequence node item {cut} should have ended the node: it is not "
-                                        "chunked by the rule (docs/format.md)")
+                if (fault := seq.chunking_fault(obj)) is not None:
+                    raise InvalidObject(f"{fault} (docs/format.md)")
             if check is not None:
                 check(data)
         except CtxStoreError as exc:

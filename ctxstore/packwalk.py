@@ -77,12 +77,6 @@ class _Reader:
         entry: Entry = self._cached(oid, Entry, self._entries, _ENTRY_CACHE)
         return entry
 
-    def keep(self, oid: ObjectId, node: SeqNode) -> None:
-        """Cache a node made here (content-addressed: the id names exactly this content)."""
-        if len(self._nodes) >= _NODE_CACHE:
-            self._nodes.clear()
-        self._nodes[oid] = node
-
     def _cached(self, oid: ObjectId, kind: type, cache: dict[ObjectId, Any], limit: int) -> Any:
         obj = cache.get(oid)
         if obj is None:
@@ -209,7 +203,7 @@ def _plan(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[Objec
     reader = _Reader(source)
     haves = list(haves)
     revisions = _revisions_to_send(reader, wants, haves)
-    have_roots = [reader.revision(h).seq for h in haves if reader.source.has(h)]
+    have_spines = [reader.revision(h).seq for h in haves if reader.source.has(h)]
     out: list[ObjectId] = []
     sent: set[ObjectId] = set()  # objects in the pack or rebuilt by the receiver
     rebuildable: set[ObjectId] = set()
@@ -242,7 +236,7 @@ def _plan(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[Objec
                 rebuildable.add(oid)
                 add(oid)
                 continue
-        base = [reader.revision(rev.parent).seq] if rev.parent is not None else have_roots
+        base = [reader.revision(rev.parent).seq] if rev.parent is not None else have_spines
         d = seq.diff([rev.seq], base, reader.node)
         present = {ObjectId(e) for leaf in d.b_leaves for _, e in leaf.items if e is not None}
         entries = [ObjectId(e) for leaf in d.a_leaves for _, e in leaf.items if e is not None]
@@ -261,7 +255,7 @@ def _rebuild(reader: _Reader, rev: Revision) -> tuple[list[ObjectId], dict[Objec
 
     A receiver rebuilds an append revision as `seq.append` of its parent's tree (an empty tree without a
     parent) with the appended (entry id, entry oid) pairs, and its size as the parent's plus their
-    number. Revisions for which that gives anything but their own root and size are sent in full.
+    number. Revisions for which that gives anything but their own spine and size are sent in full.
     """
     op = rev.operation
     if op is None or op["type"] != "append":
@@ -274,11 +268,9 @@ def _rebuild(reader: _Reader, rev: Revision) -> tuple[list[ObjectId], dict[Objec
             return None
         blobs[ObjectId(entry_oid)] = tuple(entry.blob_ids())
     parent = None if rev.parent is None else reader.revision(rev.parent)
-    root, size, made = rebuild_tree(parent, pairs, reader.node)
-    if root != rev.seq or size != rev.size:
+    spine, size, made = rebuild_tree(parent, pairs)
+    if spine != rev.seq or size != rev.size:
         return None
-    for nid, _, node in made:
-        reader.keep(nid, node)  # the next revision's rebuild reads it as its parent's spine
     return [nid for nid, _, _ in made], blobs
 
 

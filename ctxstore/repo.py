@@ -48,7 +48,7 @@ __all__ = [
     "RevisionDiff",
 ]
 
-FORMAT: Final = "ctxstore repository 1\n"
+FORMAT: Final = "ctxstore repository 2\n"
 """The contents of a repository's ``format`` file; a different first word or version is refused."""
 _FORMAT_FILE = "format"
 _DB_DIR = "db"
@@ -127,6 +127,10 @@ class Repository:
                                  "(or `ctxstore init`)") from None
         except OSError as exc:
             raise StoreError(f"cannot read {root / _FORMAT_FILE}: {exc}") from None
+        if text == "ctxstore repository 1\n":
+            raise NotARepository(f"{root} holds repository format 1, whose revisions store their sequence "
+                                 "tree's spine as nodes; this ctxstore reads format 2: export the history "
+                                 "with the ctxstore that made it and import it here")
         if text != FORMAT:
             raise NotARepository(f"{root} holds an unknown repository format {text.strip()!r}; "
                                  "use a ctxstore version that knows it")
@@ -536,8 +540,8 @@ class Repository:
         if root_a == root_b:
             return out
         d = seq.diff([root_a], [root_b], get)
-        ids_a = _ordered_ids(root_a, set(d.a_nodes), get)
-        ids_b = _ordered_ids(root_b, set(d.b_nodes), get)
+        ids_a = _ordered_ids(root_a, set(d.a_nodes), root_a[0] != root_b[0], get)
+        ids_b = _ordered_ids(root_b, set(d.b_nodes), root_a[0] != root_b[0], get)
         set_a, set_b = set(ids_a), set(ids_b)
         out.added = [i for i in ids_b if i not in set_a]
         out.removed = [i for i in ids_a if i not in set_b]
@@ -609,9 +613,8 @@ class Repository:
             except CtxStoreError as exc:
                 report.problems.append(f"object {to_hex(oid)} is malformed: {exc}")
                 continue
-            if isinstance(obj, SeqNode) and (cut := seq.misplaced_cut(obj)) is not None:
-                report.problems.append(f"sequence node {to_hex(oid)} is not chunked by the rule: item {cut} "
-                                       "should have ended it")
+            if (fault := seq.chunking_fault(obj)) is not None:
+                report.problems.append(f"object {to_hex(oid)}: {fault}")
         with self.store.transaction() as txn:
             heads, roots, report.reflog_entries = self._roots(txn)
             report.refs = len(heads)
@@ -678,30 +681,37 @@ class Repository:
         entry_sizes: dict[ObjectId, int] = {}
         node_sizes: dict[ObjectId, int] = {}
 
+        def leaf_size(items: list[list[Any]]) -> int:
+            total = 0
+            for _entry_id, entry_oid in items:
+                if entry_oid is None:
+                    continue
+                size = entry_sizes.get(entry_oid)
+                if size is None:
+                    size = entry_sizes[entry_oid] = _entry_size(self.store, ObjectId(entry_oid))
+                total += size
+            return total
+
         def tree_size(oid: ObjectId) -> int:
             known = node_sizes.get(oid)
             if known is not None:
                 return known
             node = self._object(oid)
             assert isinstance(node, SeqNode)
-            total = 0
             if node.level == 0:
-                for _entry_id, entry_oid in node.items:
-                    if entry_oid is None:
-                        continue
-                    size = entry_sizes.get(entry_oid)
-                    if size is None:
-                        size = entry_sizes[entry_oid] = _entry_size(self.store, ObjectId(entry_oid))
-                    total += size
+                total = leaf_size(node.items)
             else:
                 total = sum(tree_size(ObjectId(child)) for child, _ in node.items)
             node_sizes[oid] = total
             return total
 
+        def spine_size(spine: seq.Spine) -> int:
+            return sum(tree_size(oid) for oid, _ in seq.subtrees(spine)) + leaf_size(spine[0])
+
         logical = 0
         for oid in heads.values():
             try:
-                logical += tree_size(self._revision(oid).seq)
+                logical += spine_size(self._revision(oid).seq)
             except CtxStoreError:
                 continue
         return RepoStats(objects=base.objects, object_bytes=base.object_bytes, stored_bytes=base.stored_bytes,
@@ -743,17 +753,21 @@ def _stored_size(store: TransactionalStore, oid: ObjectId) -> int:
         return 0
 
 
-def _ordered_ids(root: ObjectId, changed: set[ObjectId], get: Any) -> list[str]:
-    """Entry ids under the changed nodes of a tree, in sequence order (equal subtrees not read)."""
+def _ordered_ids(spine: seq.Spine, changed: set[ObjectId], leaf: bool, get: Any) -> list[str]:
+    """Entry ids under the changed nodes of a tree, then (if `leaf`) its spine's leaf, in sequence order
+    (equal subtrees not read)."""
     out: list[str] = []
-    stack = [root] if root in changed else []
-    while stack:
-        oid = stack.pop()
-        node = get(oid)
-        if node.level == 0:
-            out.extend(entry_id for entry_id, _ in node.items)
-        else:
-            stack.extend(ObjectId(c) for c, _ in reversed(node.items) if ObjectId(c) in changed)
+    for top, _ in seq.subtrees(spine):
+        stack = [top] if top in changed else []
+        while stack:
+            oid = stack.pop()
+            node = get(oid)
+            if node.level == 0:
+                out.extend(entry_id for entry_id, _ in node.items)
+            else:
+                stack.extend(ObjectId(c) for c, _ in reversed(node.items) if ObjectId(c) in changed)
+    if leaf:
+        out.extend(entry_id for entry_id, _ in spine[0])
     return out
 
 

@@ -3,10 +3,13 @@
 The list is cut into leaves after every item whose boundary hash falls under 1/`LEAF_TARGET` of the
 hash space (or when a chunk reaches 4 x that many items); the leaves are cut the same way, by their own
 object ids and with 1/`INNER_TARGET`, into level-1 nodes, and so on up until one node is left: the root.
-Inner items are smaller than leaf items, and a smaller fan-out there makes the spine an append rewrites
-cheaper. The cut points depend only on content, so the same list always gives the same root, an append
-rewrites only the right-hand spine, a local edit rewrites O(log n) nodes around it, and two trees are
-diffed by skipping equal subtrees.
+The cut points depend only on content, so the same list always gives the same tree, a local edit
+rewrites O(log n) nodes around it, and two trees are diffed by skipping equal subtrees.
+
+The last node of each level (the right-hand spine, from the last leaf up to the root) changes on every
+append, so it is not stored as nodes: the revision holds it, as a `Spine`, and only chunks that the
+rule has closed are stored. An append then writes no node until a chunk closes (about one append in
+`LEAF_TARGET`), and reads none: the spine is all it changes.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from typing import Any
 
 import blake3
 
-from .codec import ObjectId
-from .objects import SeqNode
+from .codec import ObjectId, encode, object_id
+from .objects import Object, Revision, SeqNode, encode_object
 
 __all__ = [
     "INNER_TARGET",
@@ -28,12 +31,21 @@ __all__ = [
     "SeqDiff",
     "append",
     "build",
+    "chunking_fault",
     "diff",
     "encode_node",
+    "SpineBytes",
+    "encode_revision",
+    "Spine",
+    "count",
     "iter_items",
     "leaf_hash",
-    "misplaced_cut",
+    "node_fault",
+    "node_id",
+    "spine_fault",
     "splice",
+    "subtrees",
+    "unfold",
 ]
 
 LEAF_TARGET = 32
@@ -44,6 +56,9 @@ _LIMITS = {0: (2**32 // LEAF_TARGET, 4 * LEAF_TARGET)}
 _INNER_LIMITS = (2**32 // INNER_TARGET, 4 * INNER_TARGET)
 
 Item = list[Any]  # [entry id, entry oid | None] in a leaf; [child oid, count] above
+Spine = list[list[Item]]
+"""A tree as a revision holds it: for each level from the leaves up, the items of that level's last node,
+without (above the leaves) its last item, which is the ref to the spine node below."""
 GetNode = Callable[[ObjectId], SeqNode]
 PutNode = Callable[[SeqNode], ObjectId]
 
@@ -116,58 +131,76 @@ def _array_head(n: int) -> bytes:
     return _SMALL_HEADS[4][n] if n < 256 else _head(4, n)
 
 
-def encode_node(node: SeqNode, base: tuple[SeqNode, bytes] | None = None) -> bytes | None:
+def encode_node(node: SeqNode) -> bytes | None:
     """The canonical bytes of a seq node, or None if an item is not of the usual shape.
 
     The same bytes as `objects.encode_object` (a test checks it on arbitrary nodes), written directly:
-    a node is rewritten on every append, and the general encoder's checks and key sorting cost more
-    than the node's own bytes. Anything unusual returns None, for the general encoder to handle.
-
-    `base` is an earlier node of the same level with its canonical bytes. An append rewrites the last
-    node of each level as that node's items (all, or all but the last) followed by new ones, so when
-    `base` starts the same way its encoded items are reused and only the new ones are encoded.
+    a bulk import writes a node per few dozen entries, and the general encoder's checks and key sorting
+    cost more than the node's own bytes. Anything unusual returns None, for the general encoder.
     """
     level, items = node.level, node.items
     if type(level) is not int or not 0 <= level < 24 or type(items) is not list:
         return None
-    tail = _LEVEL_KEY + _SMALL_HEADS[0][level]
-    if base is not None:
-        spliced = _splice_encoded(items, level, tail, *base)
-        if spliced is not None:
-            return spliced
     parts = _encode_items(items, level)
     if parts is None:
         return None
-    return b"".join([_NODE_START, _array_head(len(items)), *parts, tail])
+    return b"".join([_NODE_START, _array_head(len(items)), *parts, _LEVEL_KEY + _SMALL_HEADS[0][level]])
 
 
-def _splice_encoded(items: list[Any], level: int, tail: bytes, old: SeqNode, data: bytes) -> bytes | None:
-    """`items` encoded by reusing the encoded items of `old` that it starts with; None if it does not."""
-    kept = old.items
-    n = len(kept)
-    if old.level != level or type(kept) is not list or not n or len(items) < n - 1:
+_SPINE_MARK = bytes.fromhex("9b1f3c5e7a2d4f6081a3c5e7092b4d6f8da1c3e5f7092b4d6f81a3c5e70d2f4b")
+"""Stands in for a revision's seq while the rest is encoded; random, so no other field holds it."""
+_SPINE_MARK_BYTES = _OID_HEAD + _SPINE_MARK
+
+
+SpineBytes = list[tuple[list[Item], bytes]]
+"""A spine's levels with the encoded items of each: what `encode_revision` reuses from the last one."""
+
+
+def encode_revision(rev: Revision, base: SpineBytes | None = None) -> tuple[bytes, SpineBytes] | None:
+    """The canonical bytes of a revision and its levels' encoded items, or None if its spine has an
+    item of an unusual shape.
+
+    The same bytes as `objects.encode_object` (a test checks it): the fields other than the spine go
+    through the general encoder with a marker for the spine, whose items are then encoded directly,
+    since the spine is most of the revision. `base` is the result for an earlier revision: an append
+    keeps most levels as they were and extends the leaf level, so their encoded items are reused.
+    """
+    spine = rev.seq
+    if type(spine) is not list or not 0 < len(spine) < 24:
         return None
-    # The same item objects, not just equal ones (1 == True, b"" == bytearray()), so the same bytes.
-    same = sum(1 for _ in takewhile(truth, map(is_, items, kept)))
-    if same == n:
-        keep = n
-    elif same == n - 1:
-        keep = n - 1
-    else:
-        return None
-    start = len(_NODE_START) + len(_array_head(n))
-    if data[:start] != _NODE_START + _array_head(n) or not data.endswith(tail):
-        return None
-    section = data[start:len(data) - len(tail)]
-    if keep < n:
-        last = _encode_items(kept[-1:], level)
-        if last is None or not section.endswith(last[0]):
+    levels: SpineBytes = []
+    parts = [_array_head(len(spine))]
+    for level, items in enumerate(spine):
+        if type(items) is not list:
             return None
-        section = section[:len(section) - len(last[0])]
-    parts = _encode_items(items[keep:], level)
+        encoded = _level_bytes(items, level, base[level] if base is not None and level < len(base) else None)
+        if encoded is None:
+            return None
+        levels.append((items, encoded))
+        parts += (_array_head(len(items)), encoded)
+    value = rev.to_value()
+    value["seq"] = _SPINE_MARK
+    head, mark, tail = encode(value).partition(_SPINE_MARK_BYTES)
+    if not mark or _SPINE_MARK_BYTES in tail:
+        return None
+    return b"".join([head, *parts, tail]), levels
+
+
+def _level_bytes(items: list[Item], level: int, old: tuple[list[Item], bytes] | None) -> bytes | None:
+    """The encoded items of a spine level, reusing those of `old` where `items` starts with its items."""
+    kept = 0
+    if old is not None:
+        old_items, old_bytes = old
+        if items is old_items:
+            return old_bytes
+        n = len(old_items)
+        # The same item objects, not just equal ones (1 == True), so the same bytes.
+        if n and len(items) >= n and sum(1 for _ in takewhile(truth, map(is_, items, old_items))) == n:
+            kept = n
+    parts = _encode_items(items[kept:] if kept else items, level)
     if parts is None:
         return None
-    return b"".join([_NODE_START, _array_head(len(items)), section, *parts, tail])
+    return b"".join([old[1], *parts]) if kept and old is not None else b"".join(parts)
 
 
 def leaf_hash(entry_id: str, oid: bytes | None) -> bytes:
@@ -182,28 +215,72 @@ def _ends_chunk(item: Item, level: int, length: int) -> bool:
     return length >= most or int.from_bytes(h[:4], "big") < threshold
 
 
-def misplaced_cut(node: SeqNode) -> int | None:
-    """The position of the first item that should have ended this node, or None if it could be a node
-    of a tree built by the chunking rule.
-
-    A node built by the rule ends at its first cut: no item before its last is a content-defined cut,
-    and it holds at most the limit. (Whether the last item is a cut depends on the node's place in the
-    tree: only the last node of a level may end without one.) A node failing this came from elsewhere,
-    and appending to or editing a tree that holds it would not give the tree `build` gives.
-    """
-    threshold, most = _LIMITS.get(node.level, _INNER_LIMITS)
-    under = threshold.to_bytes(4, "big")
-    items = node.items
-    if len(items) > most:
-        return most - 1
-    for at, item in enumerate(items[:-1]):
-        h = (item[1] if item[1] is not None else leaf_hash(item[0], None)) if node.level == 0 else item[0]
+def _first_cut(items: Sequence[Item], level: int) -> int | None:
+    under = _LIMITS.get(level, _INNER_LIMITS)[0].to_bytes(4, "big")
+    for at, item in enumerate(items):
+        h = (item[1] if item[1] is not None else leaf_hash(item[0], None)) if level == 0 else item[0]
         if h[:4] < under:
             return at
     return None
 
 
-def _chunks(items: Sequence[Item], level: int) -> list[list[Item]]:
+def node_fault(node: SeqNode) -> str | None:
+    """Why a stored node cannot be one of a tree built by the chunking rule, or None if it can.
+
+    Every stored node is a chunk that the rule closed: it ends at its first content-defined cut, or at
+    the size limit. (The last node of each level is the spine, held by the revision, not stored.) A node
+    failing this came from elsewhere, and appending to or editing a tree that holds it would not give
+    the tree `build` gives.
+    """
+    most = _LIMITS.get(node.level, _INNER_LIMITS)[1]
+    items = node.items
+    if len(items) > most:
+        return f"it holds {len(items)} items, over the limit of {most}"
+    cut = _first_cut(items, node.level)
+    if cut is not None and cut < len(items) - 1:
+        return f"item {cut} is a cut and should have ended it"
+    if cut is None and len(items) < most:
+        return "it does not end at a cut, so only a spine could end there"
+    return None
+
+
+def spine_fault(spine: Spine) -> str | None:
+    """Why a spine cannot be one the chunking rule builds, or None if it can.
+
+    The leaf level is the list's last leaf: no cut before its last item and at most the limit. Above it,
+    each level is the open rest of that level (no cut, under the limit, since the ref that follows ends
+    it), and the top level has at least one item besides that ref (a level of one node is the top).
+    """
+    if not spine:
+        return "it has no levels"
+    for level, items in enumerate(spine):
+        most = _LIMITS.get(level, _INNER_LIMITS)[1]
+        ends = len(items) - 1 if level == 0 else len(items)
+        cut = _first_cut(items[:ends], level)
+        if cut is not None:
+            return f"item {cut} of level {level} is a cut and should have ended a node"
+        if len(items) > (most if level == 0 else most - 1):
+            return f"level {level} holds {len(items)} items, over the limit"
+    if len(spine) > 1 and not spine[-1]:
+        return "its top level holds only the ref to the level below"
+    if len(spine) > 1 and not spine[0]:
+        return "its leaf level is empty under a higher level"
+    return None
+
+
+def chunking_fault(obj: Object) -> str | None:
+    """Why a stored node or a revision's spine breaks the chunking rule, or None (and for other objects)."""
+    if type(obj) is SeqNode:
+        fault = node_fault(obj)
+        return None if fault is None else f"sequence node is not chunked by the rule: {fault}"
+    if type(obj) is Revision:
+        fault = spine_fault(obj.seq)
+        return None if fault is None else f"revision seq is not a spine the chunking rule gives: {fault}"
+    return None
+
+
+def _cut(items: Sequence[Item], level: int) -> tuple[list[list[Item]], list[Item]]:
+    """Cut one level's items into the chunks that end at a cut (or at the size limit) and the open rest."""
     threshold, most = _LIMITS.get(level, _INNER_LIMITS)
     # The first 4 bytes of a boundary hash, compared as bytes, order as the big-endian number they spell.
     under = threshold.to_bytes(4, "big")
@@ -223,17 +300,20 @@ def _chunks(items: Sequence[Item], level: int) -> list[list[Item]]:
             out.append(current)
             current = []
             length = 0
-    if current:
-        out.append(current)
-    return out
+    return out, current
+
+
+def _chunks(items: Sequence[Item], level: int) -> list[list[Item]]:
+    closed, rest = _cut(items, level)
+    return [*closed, rest] if rest else closed
+
+
+def _count(items: Sequence[Item], level: int) -> int:
+    return len(items) if level == 0 else sum(c[1] for c in items)
 
 
 def _write_level(items: Sequence[Item], level: int, put: PutNode) -> list[Item]:
-    refs: list[Item] = []
-    for chunk in _chunks(items, level):
-        count = len(chunk) if level == 0 else sum(c[1] for c in chunk)
-        refs.append([put(SeqNode(level, chunk)), count])
-    return refs
+    return [[put(SeqNode(level, chunk)), _count(chunk, level)] for chunk in _chunks(items, level)]
 
 
 def _close(refs: list[Item], level: int, put: PutNode) -> ObjectId:
@@ -243,35 +323,124 @@ def _close(refs: list[Item], level: int, put: PutNode) -> ObjectId:
     return ObjectId(refs[0][0])
 
 
-def build(items: Iterable[Item], put: PutNode) -> ObjectId:
-    """Write the tree of a whole list; returns its root id."""
-    leaf_items = [[i, o] for i, o in items]
-    if not leaf_items:
-        return put(SeqNode(0, []))
-    return _close(_write_level(leaf_items, 0, put), 0, put)
+# -- spines: a tree as its revision stores it ---------------------------------------------------------
+
+def count(spine: Spine) -> int:
+    """Entries in the list a spine stands for."""
+    return len(spine[0]) + sum(c for level in spine[1:] for _, c in level)
 
 
-def append(root: ObjectId, items: Iterable[Item], get: GetNode, put: PutNode) -> ObjectId:
-    """Append items to a tree, rewriting only its right-hand spine; returns the new root id.
+def subtrees(spine: Spine) -> list[tuple[ObjectId, int]]:
+    """The stored nodes a spine points to, as (oid, level), in list order; its leaf items follow them."""
+    return [(ObjectId(oid), level - 1) for level in range(len(spine) - 1, 0, -1) for oid, _ in spine[level]]
 
-    Every chunk left of the spine ends at a cut that appending cannot move, so re-cutting the last node
-    of each level gives the same tree as `build` of the whole list.
+
+def build(items: Iterable[Item], put: PutNode) -> Spine:
+    """The spine of a whole list, writing the nodes left of it."""
+    return append([[]], items, put)
+
+
+def append(spine: Spine, items: Iterable[Item], put: PutNode) -> Spine:
+    """Append items to a list's tree; returns the new spine. Reads nothing.
+
+    The items are cut on the leaf level after the spine's leaf; the chunks that end at a cut are the
+    nodes that will never change again, and are written; their refs go up a level and are cut the same
+    way after that level's spine items. Levels that get no new ref are unchanged. This gives the tree
+    `build` gives of the whole list, since a chunk that ends at a cut ends there whatever follows.
     """
     new = [[i, o] for i, o in items]
     if not new:
-        return root
-    spine = [get(root)]
-    while spine[-1].level > 0:
-        spine.append(get(ObjectId(spine[-1].items[-1][0])))
-    refs = _write_level(spine[-1].items + new, 0, put)
-    for node in reversed(spine[:-1]):
-        refs = _write_level(node.items[:-1] + refs, node.level, put)
-    return _close(refs, spine[0].level, put)
+        return spine
+    out: list[list[Item]] = []
+    level, pushed = 0, spine[0] + new
+    while True:
+        closed, rest = _cut(pushed, level)
+        if level == 0 and not rest and closed:
+            rest = closed.pop()  # the last leaf is the spine's even when it ends at a cut
+        # Above the leaves the level ends with the ref to the spine node below, not written here: a chunk
+        # that ends at a cut is followed by it, so it is closed.
+        refs = [[put(SeqNode(level, chunk)), _count(chunk, level)] for chunk in closed]
+        out.append(rest)
+        level += 1
+        if level < len(spine):
+            if not refs:
+                out.extend(spine[level:])
+                return out
+            pushed = spine[level] + refs
+        elif refs:
+            pushed = refs
+        else:
+            return out
 
 
-def splice(root: ObjectId, start: int, stop: int, items: Iterable[Item], get: GetNode,
-           put: PutNode) -> ObjectId:
-    """Replace the items at positions [start, stop) with `items`; returns the new root id.
+def unfold(spine: Spine) -> tuple[ObjectId, dict[ObjectId, SeqNode]]:
+    """The root id of a spine's tree and its spine nodes by id (nodes that are not stored)."""
+    nodes: dict[ObjectId, SeqNode] = {}
+    below: Item | None = None
+    for level, items in enumerate(spine):
+        node = SeqNode(level, [*items, below] if below is not None else list(items))
+        oid = node_id(node)
+        nodes[oid] = node
+        below = [oid, node.count]
+    assert below is not None, "a spine has at least its leaf level"
+    return ObjectId(below[0]), nodes
+
+
+def node_id(node: SeqNode) -> ObjectId:
+    """The object id of a seq node."""
+    return object_id(encode_node(node) or encode_object(node)[1])
+
+
+def _settle(root: ObjectId, get: GetNode, pending: dict[ObjectId, SeqNode], put: PutNode) -> Spine:
+    """The spine of the tree under `root`, writing the nodes in `pending` that are left of it."""
+    spine: list[list[Item]] = []
+    node = get(root)
+    while node.level > 0:
+        spine.append(node.items[:-1])
+        node = get(ObjectId(node.items[-1][0]))
+    spine.append(list(node.items))
+    spine.reverse()
+    todo = [oid for oid, _ in subtrees(spine)]
+    while todo:
+        found = pending.pop(todo.pop(), None)
+        if found is not None:
+            put(found)
+            if found.level > 0:
+                todo.extend(ObjectId(child) for child, _ in found.items)
+    return spine
+
+
+def splice(spine: Spine, start: int, stop: int, items: Iterable[Item], get: GetNode, put: PutNode) -> Spine:
+    """Replace the items at positions [start, stop) with `items`; returns the new spine.
+
+    The result is the spine `build` gives for the edited list. The spine's nodes are made whole (not
+    written) for the tree edit, and of the nodes the edit makes only those left of the new spine are
+    written.
+    """
+    new = [[i, o] for i, o in items]
+    size = count(spine)
+    if not 0 <= start <= stop <= size:
+        raise ValueError(f"splice range [{start}, {stop}) is outside a list of {size} items")
+    if start == stop == size:
+        return append(spine, new, put)
+    if start == stop and not new:
+        return spine
+    root, pending = unfold(spine)
+
+    def made(node: SeqNode) -> ObjectId:
+        oid = node_id(node)
+        pending[oid] = node
+        return oid
+
+    def reading(oid: ObjectId) -> SeqNode:
+        node = pending.get(oid)
+        return node if node is not None else get(oid)
+
+    return _settle(_splice(root, start, stop, new, reading, made), reading, pending, put)
+
+
+def _splice(root: ObjectId, start: int, stop: int, new: list[Item], get: GetNode, put: PutNode) -> ObjectId:
+    """Replace the items at positions [start, stop) of the tree under `root`; returns the new root id.
 
     The result is the tree `build` gives for the edited list. Chunks left of the change end at cuts the
     change cannot move, so each level is re-cut from the start of the first node the change touches
@@ -279,12 +448,7 @@ def splice(root: ObjectId, start: int, stop: int, items: Iterable[Item], get: Ge
     the nodes replaced at one level are the change to splice into the level above. The cost is the
     nodes around the change on each level, not the length of the list.
     """
-    new = [[i, o] for i, o in items]
     top = get(root)
-    if not 0 <= start <= stop <= top.count:
-        raise ValueError(f"splice range [{start}, {stop}) is outside a list of {top.count} items")
-    if start == stop and not new:
-        return root
     height = top.level
     # path[level] = [node, index]: the node on that level holding the change's start, and the index of
     # the first changed item in it (at level 0 an entry, above it the child the path descends into).
@@ -332,8 +496,7 @@ def _recut(path: list[list[Any]], level: int, change: list[Item], removed: int, 
     def feed(item: Item) -> None:
         current.append(item)
         if _ends_chunk(item, level, len(current)):
-            count = len(current) if level == 0 else sum(c[1] for c in current)
-            refs.append([put(SeqNode(level, list(current))), count])
+            refs.append([put(SeqNode(level, list(current))), _count(current, level)])
             current.clear()
 
     for item in node.items[:index]:
@@ -376,19 +539,26 @@ def _next_node(cursor: list[list[Any]], level: int, height: int, get: GetNode) -
     return cursor[level][0]
 
 
-def iter_items(root: ObjectId, get: GetNode) -> Iterator[tuple[str, ObjectId | None]]:
-    """Every (entry id, entry oid or None) pair of a tree, in order."""
-    node = get(root)
+def iter_items(spine: Spine, get: GetNode) -> Iterator[tuple[str, ObjectId | None]]:
+    """Every (entry id, entry oid or None) pair of a spine's list, in order."""
+    for oid, _ in subtrees(spine):
+        yield from _node_items(oid, get)
+    yield from ((entry_id, oid) for entry_id, oid in spine[0])
+
+
+def _node_items(oid: ObjectId, get: GetNode) -> Iterator[tuple[str, ObjectId | None]]:
+    node = get(oid)
     if node.level == 0:
         yield from ((entry_id, oid) for entry_id, oid in node.items)
         return
     for child, _ in node.items:
-        yield from iter_items(ObjectId(child), get)
+        yield from _node_items(ObjectId(child), get)
 
 
 @dataclass
 class SeqDiff:
-    """What two trees do not share: node ids on each side and the leaves under them."""
+    """What two sides do not share: stored node ids on each side, and the leaves under them (a spine's
+    own leaf among them where the other side lacks it)."""
 
     a_nodes: list[ObjectId] = field(default_factory=list)
     b_nodes: list[ObjectId] = field(default_factory=list)
@@ -396,15 +566,23 @@ class SeqDiff:
     b_leaves: list[SeqNode] = field(default_factory=list)
 
 
-def diff(a: Iterable[ObjectId], b: Iterable[ObjectId], get: GetNode) -> SeqDiff:
-    """Compare the trees under roots `a` and those under roots `b`, skipping equal subtrees.
+def diff(a: Iterable[Spine], b: Iterable[Spine], get: GetNode) -> SeqDiff:
+    """Compare the lists of spines `a` with those of spines `b`, skipping equal subtrees.
 
-    Both frontiers are expanded from the highest level down; a node present on both sides is dropped
-    without being read, so the cost follows the size of the difference, not of the trees.
+    Both frontiers start at the stored nodes the spines point to and are expanded from the highest
+    level down; a node present on both sides is dropped without being read, so the cost follows the
+    size of the difference, not of the lists.
     """
     out = SeqDiff()
-    side_a = {oid: get(oid).level for oid in a}
-    side_b = {oid: get(oid).level for oid in b}
+    side_a: dict[ObjectId, int] = {}
+    side_b: dict[ObjectId, int] = {}
+    leaves_a: list[list[Item]] = []
+    leaves_b: list[list[Item]] = []
+    for spines, side, leaves in ((a, side_a, leaves_a), (b, side_b, leaves_b)):
+        for spine in spines:
+            side.update(subtrees(spine))
+            if spine[0]:
+                leaves.append(spine[0])
     while True:
         for oid in side_a.keys() & side_b.keys():
             del side_a[oid], side_b[oid]
@@ -419,6 +597,23 @@ def diff(a: Iterable[ObjectId], b: Iterable[ObjectId], get: GetNode) -> SeqDiff:
                     side[ObjectId(child)] = top - 1
     out.a_nodes.extend(side_a)
     out.b_nodes.extend(side_b)
-    out.a_leaves.extend(get(oid) for oid in side_a)
-    out.b_leaves.extend(get(oid) for oid in side_b)
+    # A spine's leaf is the other side's stored leaf (or spine leaf) when it holds the same items: a
+    # leaf closed since is stored, and the other side still holds it in its spine.
+    stored_a, stored_b = [get(oid) for oid in side_a], [get(oid) for oid in side_b]
+    inline_a, inline_b = _keyed(leaves_a), _keyed(leaves_b)
+    out.a_leaves.extend(n for n in stored_a if not inline_b or _key(n.items) not in inline_b)
+    out.b_leaves.extend(n for n in stored_b if not inline_a or _key(n.items) not in inline_a)
+    stored_keys_a, stored_keys_b = _keyed(n.items for n in stored_a), _keyed(n.items for n in stored_b)
+    out.a_leaves.extend(SeqNode(0, items) for key, items in inline_a.items()
+                        if key not in inline_b and key not in stored_keys_b)
+    out.b_leaves.extend(SeqNode(0, items) for key, items in inline_b.items()
+                        if key not in inline_a and key not in stored_keys_a)
     return out
+
+
+def _key(items: list[Item]) -> tuple[tuple[Any, ...], ...]:
+    return tuple(tuple(item) for item in items)
+
+
+def _keyed(leaves: Iterable[list[Item]]) -> dict[tuple[tuple[Any, ...], ...], list[Item]]:
+    return {_key(items): items for items in leaves}

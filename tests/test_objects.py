@@ -30,15 +30,41 @@ def test_entry_fields_are_omitted_when_absent() -> None:
     assert set(value) == {"type", "id", "kind", "message"}
 
 
+SPINE = [[["c", OID], ["d", None]], [[OID2, 40], [OID, 7]], [[OID2, 300]]]
+"""A spine of three levels: the last leaf's items, then each level's items but the ref to the one below."""
+
+
 def test_revision_round_trip() -> None:
     op = {"type": "append", "entryIds": ["a"], "entries": [OID]}
-    rev = Revision(OID2, 1717000000000, op, OID, 1)
+    rev = Revision(OID2, 1717000000000, op, SPINE, 349)
     _oid, data = encode_object(rev)
     assert parse_object(data) == rev
-    assert references(rev) == [OID, OID2, OID]
-    root = Revision(None, 0, None, OID, 0)
+    assert parse_object(data, trusted=True) == rev
+    assert encode_object(parse_object(data)) == (_oid, data)
+    assert rev.to_value()["seq"] == SPINE
+    root = Revision(None, 0, None, [[]], 0)
+    root.check()
     assert "parent" not in root.to_value() and "operation" not in root.to_value()
-    assert references(root) == [OID]
+    assert parse_object(encode_object(root)[1]) == root
+    assert references(root) == []
+
+
+def test_revision_references_the_spine() -> None:
+    """The entries of its leaf level, the nodes its higher levels point to, its parent, its operation's."""
+    op = {"type": "append", "entryIds": ["a"], "entries": [OID2]}
+    rev = Revision(OID2, 1, op, SPINE, 349)
+    assert references(rev) == [OID, OID2, OID, OID2, OID2, OID2]
+    assert references(Revision(None, 1, None, [[["a", None], ["b", OID2]]], 2)) == [OID2]
+    assert references(Revision(None, 1, None, [[], [[OID, 3]]], 3)) == [OID]
+
+
+def test_revision_size_must_be_the_spine_count() -> None:
+    for size in (0, 348, 350):
+        with pytest.raises(InvalidObject) as caught:
+            Revision(None, 1, None, SPINE, size).check()
+        assert "size" in str(caught.value)
+    with pytest.raises(InvalidObject):
+        parse_object(encode({"type": "revision", "createdAt": 1, "seq": [[["a", None]]], "size": 2}))
 
 
 def test_seq_node_and_blob_round_trip() -> None:
@@ -67,9 +93,9 @@ def test_edit_revision_references_patch_entries() -> None:
         {"op": "remove", "id": "b"},
         {"op": "move", "ids": ["c"], "before": "d"},
     ]}
-    rev = Revision(None, 1, op, OID, 0)
+    rev = Revision(None, 1, op, [[]], 0)
     rev.check()
-    assert references(rev) == [OID, OID, OID2]
+    assert references(rev) == [OID, OID2]
 
 
 BAD_VALUES: list[dict[str, Any]] = [
@@ -83,22 +109,42 @@ BAD_VALUES: list[dict[str, Any]] = [
     {"type": "entry", "id": "e", "kind": "turn", "message": {"role": "user"}, "meta": [1]},
     {"type": "entry", "id": "e", "kind": "turn", "message": {"role": "user"}, "sources": [1]},
     {"type": "entry", "id": "e", "kind": "turn", "message": {"role": "user"}, "extra": 1},
-    {"type": "revision", "createdAt": -1, "seq": OID, "size": 0},
-    {"type": "revision", "createdAt": 1.5, "seq": OID, "size": 0},
+    {"type": "revision", "createdAt": -1, "seq": [[]], "size": 0},
+    {"type": "revision", "createdAt": 1.5, "seq": [[]], "size": 0},
+    {"type": "revision", "createdAt": 1, "seq": [[]], "size": -1},
+    {"type": "revision", "createdAt": 1, "seq": [[]], "size": 0, "parent": "hex"},
+    # seq: not a spine, a bad level, a bad item, the wrong size
+    {"type": "revision", "createdAt": 1, "seq": OID, "size": 0},
     {"type": "revision", "createdAt": 1, "seq": b"x", "size": 0},
-    {"type": "revision", "createdAt": 1, "seq": OID, "size": -1},
-    {"type": "revision", "createdAt": 1, "seq": OID, "size": 0, "parent": "hex"},
-    {"type": "revision", "createdAt": 1, "seq": OID, "size": 0, "operation": {"type": "merge"}},
-    {"type": "revision", "createdAt": 1, "seq": OID, "size": 0,
+    {"type": "revision", "createdAt": 1, "seq": [], "size": 0},
+    {"type": "revision", "createdAt": 1, "seq": [OID], "size": 0},
+    {"type": "revision", "createdAt": 1, "seq": [[]] * 65, "size": 0},
+    {"type": "revision", "createdAt": 1, "seq": [[], "level"], "size": 0},
+    {"type": "revision", "createdAt": 1, "seq": [[["a"]]], "size": 1},
+    {"type": "revision", "createdAt": 1, "seq": [[["a", None, 1]]], "size": 1},
+    {"type": "revision", "createdAt": 1, "seq": [[[1, OID]]], "size": 1},
+    {"type": "revision", "createdAt": 1, "seq": [[["a", b"short"]]], "size": 1},
+    {"type": "revision", "createdAt": 1, "seq": [[[OID, 1]]], "size": 1},
+    {"type": "revision", "createdAt": 1, "seq": [[], [["a", OID]]], "size": 1},
+    {"type": "revision", "createdAt": 1, "seq": [[], [[OID, 0]]], "size": 0},
+    {"type": "revision", "createdAt": 1, "seq": [[], [[OID, -1]]], "size": 0},
+    {"type": "revision", "createdAt": 1, "seq": [[], [[b"short", 1]]], "size": 1},
+    {"type": "revision", "createdAt": 1, "seq": [[], [[OID, 1.5]]], "size": 1},
+    {"type": "revision", "createdAt": 1, "seq": [[["a", None]]], "size": 0},
+    {"type": "revision", "createdAt": 1, "seq": [[["a", None]], [[OID, 5]]], "size": 5},
+    {"type": "revision", "createdAt": 1, "seq": [[]], "size": 0, "operation": {"type": "merge"}},
+    {"type": "revision", "createdAt": 1, "seq": [[]], "size": 0,
      "operation": {"type": "append", "entryIds": ["a"], "entries": []}},
-    {"type": "revision", "createdAt": 1, "seq": OID, "size": 0,
+    {"type": "revision", "createdAt": 1, "seq": [[]], "size": 0,
      "operation": {"type": "edit", "patches": [{"op": "explode"}]}},
-    {"type": "revision", "createdAt": 1, "seq": OID, "size": 0,
+    {"type": "revision", "createdAt": 1, "seq": [[]], "size": 0,
      "operation": {"type": "edit", "patches": [{"op": "summary", "sourceIds": ["a"], "entry": "inline"}]}},
-    {"type": "revision", "createdAt": 1, "seq": OID, "size": 0,
+    {"type": "revision", "createdAt": 1, "seq": [[]], "size": 0,
      "operation": {"type": "edit", "patches": [{"op": "replace", "id": "a", "entries": [{"id": "x"}]}]}},
+    {"type": "revision", "createdAt": 1, "size": 0},
     {"type": "seq", "level": 0, "items": [["a"]]},
     {"type": "seq", "level": 0, "items": [[1, OID]]},
+    {"type": "seq", "level": 0, "items": []},
     {"type": "seq", "level": 1, "items": []},
     {"type": "seq", "level": 1, "items": [[OID, 0]]},
     {"type": "seq", "level": 64, "items": []},

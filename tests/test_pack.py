@@ -75,19 +75,14 @@ def chain(n: int) -> tuple[list[tuple[ObjectId, bytes]], ObjectId]:
             order.append(oid)
         return oid
 
-    def get(oid: ObjectId) -> SeqNode:
-        node = parse_object(objs[oid])
-        assert isinstance(node, SeqNode)
-        return node
-
-    root = put(SeqNode(0, []))
+    spine: seq.Spine = [[]]
     parent = None
     for i in range(n):
         eid = f"e{i:05d}"
         eoid = put(Entry(eid, "turn", {"role": "user" if i % 2 else "assistant", "content": f"message {i}"}))
-        root = seq.append(root, [[eid, eoid]], get, put)
+        spine = seq.append(spine, [[eid, eoid]], put)
         parent = put(Revision(parent, 1_700_000_000_000 + i, {"type": "append", "entryIds": [eid],
-                                                                 "entries": [eoid]}, root, i + 1))
+                                                                 "entries": [eoid]}, spine, i + 1))
     assert parent is not None
     return [(o, objs[o]) for o in order], parent
 
@@ -154,13 +149,13 @@ def test_empty_pack_round_trips() -> None:
 def test_the_documented_examples_hold() -> None:
     """docs/protocol.md shows these bytes; a change here is a format change."""
     empty = pack_bytes([])
-    assert empty[:21] == bytes.fromhex("43545850 02 00 0d 28b52ffd0400 010000 99e9d851 00")
+    assert empty[:21] == bytes.fromhex("43545850 03 00 0d 28b52ffd0400 010000 99e9d851 00")
     assert empty[21:] == blake3.blake3(empty[:21]).digest()
     objs = raw([{"a": 1}])
     objs += raw([{"r": objs[0][0]}])
     objs += raw([{"r": [objs[0][0], objs[1][0]]}])
     data = pack_bytes(objs)
-    assert data[:6] == bytes.fromhex("43545850 02 03")
+    assert data[:6] == bytes.fromhex("43545850 03 03")
     frame = data[7:7 + data[6]]
     plain = zstandard.ZstdDecompressor().decompressobj().decompress(frame)
     assert plain == bytes.fromhex("04a1616101 05a16172c601 08a1617282c602c601")
@@ -272,7 +267,9 @@ def test_bytes_after_the_trailer_are_refused() -> None:
 def test_a_wrong_magic_or_version_is_refused() -> None:
     good = section([encode({"a": 1})])
     assert "not a ctxstore pack" in str(refuses(craft(good, count=1, magic=b"PACK")))
-    assert "version 3" in str(refuses(craft(good, count=1, version=3)))
+    assert "version 4" in str(refuses(craft(good, count=1, version=4)))
+    for old in (1, 2):
+        assert "format 1" in str(refuses(craft(good, count=1, version=old)))
 
 
 def test_a_wrong_count_is_refused() -> None:
@@ -315,10 +312,6 @@ def test_tags_and_bad_back_references_are_refused() -> None:
     ok = read_all(craft(section([first, cbor2.dumps({"r": cbor2.CBORTag(6, 1)}, canonical=True)]), count=2),
                   check=decode)
     assert ok[1][1] == encode({"r": oid})
-    # Version 1 counted positions from the start of the pack, not distances back.
-    old = read_all(craft(section([first, cbor2.dumps({"r": cbor2.CBORTag(6, 0)}, canonical=True)]), count=2,
-                         version=1), check=decode)
-    assert old == ok
 
 
 def test_a_repeated_object_is_refused() -> None:
@@ -427,9 +420,7 @@ def rebuildable_pack(objects: list[tuple[ObjectId, bytes]]) -> tuple[bytes, list
     kinds = {oid: type(parse_object(data)) for oid, data in objects}
     sent = [(o, d) for o, d in objects if kinds[o] is not SeqNode]
     revisions = {o for o, d in objects if kinds[o] is Revision}
-    empty = encode_object(SeqNode(0, []))[0]  # `chain` starts from it; no revision's tree holds it
-    return (b"".join(write_pack(sent, len(sent), rebuildable=revisions)),
-            [(o, d) for o, d in objects if o != empty])
+    return b"".join(write_pack(sent, len(sent), rebuildable=revisions)), objects
 
 
 def tag(n: int, value: object) -> cbor2.CBORTag:
@@ -449,21 +440,18 @@ def test_rebuildable_revisions_round_trip_to_the_same_objects() -> None:
     for oid, body in got:
         obj = parse_object(body)
         if isinstance(obj, Revision):
-            assert position[obj.seq] < position[oid]
+            assert all(position[node] < position[oid] for node, _ in seq.subtrees(obj.seq))
     assert len(data) < len(pack_bytes(objects)) / 2
 
 
-def test_a_version_1_pack_is_read_and_may_not_hold_rebuildable_revisions() -> None:
+def test_packs_of_the_format_1_versions_are_neither_read_nor_written() -> None:
     objects, _ = chain(5)
-    assert read_all(b"".join(write_pack(objects, len(objects), version=1))) == objects
-    with pytest.raises(InvalidInput, match="cannot send"):
-        b"".join(write_pack(objects, len(objects), version=1, rebuildable={objects[-1][0]}))
-    entry = next(d for o, d in objects if isinstance(parse_object(d), Entry))
-    revision = cbor2.loads(objects[-1][1])
-    revision.update(seq=DERIVED, size=DERIVED, parent=revision["parent"])
-    revision["operation"]["entryIds"] = DERIVED
-    body = cbor2.dumps(revision, canonical=True)
-    assert "tag 7 is not allowed" in str(refuses(craft(section([entry, body]), count=2, version=1)))
+    for old in (1, 2):
+        with pytest.raises(InvalidInput, match="not one this ctxstore writes"):
+            b"".join(write_pack(objects, len(objects), version=old))
+        data = bytearray(b"".join(write_pack(objects, len(objects))))
+        data[4] = old
+        assert "repository format 1" in str(refuses(bytes(data)))
 
 
 def test_write_pack_refuses_to_send_a_revision_that_is_not_an_append_rebuildable() -> None:
@@ -487,7 +475,7 @@ def test_a_crafted_rebuildable_revision_is_rebuilt() -> None:
     revision = parse_object(got[-1][1])
     assert isinstance(revision, Revision) and revision.size == 1
     assert revision.operation == {"type": "append", "entries": [got[0][0]], "entryIds": ["e1"]}
-    assert got[1][0] == revision.seq and parse_object(got[1][1]) == SeqNode(0, [["e1", got[0][0]]])
+    assert revision.seq == [[["e1", got[0][0]]]] and len(got) == 2
 
 
 @pytest.mark.parametrize(("fields", "reason"), [
