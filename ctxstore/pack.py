@@ -113,10 +113,10 @@ def write_pack(objects: Iterable[tuple[ObjectId, bytes]], count: int, *, level: 
     Order matters for size, not correctness: an object that comes after the objects it references (entries
     and blobs, then sequence nodes bottom-up, then revisions oldest first) sends each of those ids as a
     one- or two-byte back-reference. The revisions named in `rebuildable` (append revisions whose
-    sequence tree the receiver rebuilds from the parent's; the caller has checked that it comes out
-    the same, and leaves their tree's new nodes out of `objects`) are sent without seq, size and entry
-    ids. `version` 1 writes packs for older readers (nothing may be rebuildable). Raises `InvalidInput`
-    if the objects are not `count` distinct objects whose ids match their bytes.
+    spine the receiver rebuilds from the parent's; the caller has checked that it comes out the same,
+    and leaves the nodes the append closed out of `objects`) are sent without seq, size and entry ids.
+    `version` must be one of `VERSIONS`. Raises `InvalidInput` if the objects are not `count` distinct
+    objects whose ids match their bytes.
     """
     if type(count) is not int or count < 0:
         raise InvalidInput(f"write_pack needs a non-negative object count, not {count!r}")

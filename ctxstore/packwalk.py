@@ -188,9 +188,9 @@ def plan_pack(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[O
               rebuild: bool = True) -> PackPlan:
     """Plan the pack of everything reachable from `wants` and not from `haves` (see `objects_to_send`).
 
-    With `rebuild` (pack version 2), an append revision whose tree is its parent's with the appended
-    entries added (checked here by rebuilding it the way the receiver will) is sent rebuildable: its
-    entries and the revision, and none of its sequence nodes.
+    With `rebuild`, an append revision whose tree is its parent's with the appended entries added
+    (checked here by rebuilding it the way the receiver will) is sent rebuildable: its entries and the
+    revision without its spine, and none of the sequence nodes the append closed.
     """
     txn_of: Callable[..., Any] | None = getattr(source, "transaction", None)
     if txn_of is not None:

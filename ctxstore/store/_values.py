@@ -28,8 +28,8 @@ def _incompressible(data: bytes, with_dictionary: bool) -> bool:
     """Whether zstd cannot shrink an object, so trying is wasted work on the commit path.
 
     Objects that are mostly ids (a seq node above the leaves) are mostly random bytes, and without a
-    trained dictionary a small object (a revision that appends a few entries) gains nothing after the
-    frame's overhead. A leaf, whose entry ids share long prefixes, is about half ids and compresses to
+    trained dictionary a small object (the entry of a short message) gains nothing after the frame's
+    overhead. A leaf, whose entry ids share long prefixes, is about half ids and compresses to
     about 60%: it is still tried.
     """
     return (len(data) < 256 and not with_dictionary) or 34 * data.count(_ID_HEADER) >= 0.6 * len(data)
