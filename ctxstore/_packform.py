@@ -12,6 +12,7 @@ different object. ``docs/protocol.md`` specifies both.
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -21,14 +22,14 @@ import cbor2
 from . import seq
 from .codec import MAX_DEPTH, OID_SIZE, ObjectId, object_id, to_hex
 from .errors import BadPack, CtxStoreError, InvalidInput
-from .objects import Entry, Object, Revision, SeqNode, encode_object, parse_object
+from .objects import SPINE_KEY, Entry, Object, Revision, SeqNode, encode_object, from_value, parse_object
 
 __all__ = ["BACKREF_TAG", "DERIVED_TAG", "Lookup", "Rebuilder", "decode_record", "encode_record", "rebuild_tree"]
 
 BACKREF_TAG = 6
 """CBOR tag of a back-reference; stored objects never contain tags, so it cannot be confused."""
 DERIVED_TAG = 7
-"""CBOR tag (holding null) of a revision field the receiver computes: seq, size, the append's entryIds."""
+"""CBOR tag (holding null) of a revision field the receiver computes: treeSpine, size, the append's entryIds."""
 
 _DERIVED = cbor2.CBORTag(DERIVED_TAG, None)
 _OID_HEAD = bytes([0x58, OID_SIZE])  # the CBOR head of a 32-byte byte string
@@ -76,21 +77,39 @@ def _appends(value: Any) -> bool:
     return type(op) is dict and op.get("type") == "append"
 
 
+def _without_spine(data: bytes) -> Any:
+    """A revision's fields but its spine (canonical order puts it last), or the whole value otherwise."""
+    n = data[0] - 0xA0 if data else -1
+    if not 1 <= n < 24:
+        return cbor2.loads(data)
+    stream = io.BytesIO(data)
+    stream.seek(1)
+    decoder = cbor2.CBORDecoder(stream)
+    value: dict[Any, Any] = {}
+    for _ in range(n):
+        key = decoder.decode()
+        if key == SPINE_KEY:
+            value[key] = None  # replaced by tag 7: the caller checks it is there
+            break
+        value[key] = decoder.decode()
+    return value
+
+
 def encode_record(data: bytes, index: Mapping[bytes, int], *, rebuild: bool = False) -> bytes:
     """The pack form of the object with canonical bytes `data`, sent after the objects in `index` (the
     positions of the records before it).
 
-    With `rebuild`, the object must be an append revision, and its seq, size and entryIds are sent as
+    With `rebuild`, the object must be an append revision, and its treeSpine, size and entryIds are sent as
     tag 7 for the receiver to compute (the caller has checked that the computation gives them back).
     """
     if not rebuild and _OID_HEAD not in data:
         return data  # holds no 32-byte byte string, so nothing to replace (most entries)
-    value = cbor2.loads(data)
+    value = _without_spine(data) if rebuild else cbor2.loads(data)
     if rebuild:
         if not _appends(value):
             raise InvalidInput(f"object {to_hex(object_id(data))} is not an append revision; only those are "
                                "sent rebuildable")
-        value["seq"] = value["size"] = _DERIVED
+        value[SPINE_KEY] = value["size"] = _DERIVED
         value["operation"] = {**value["operation"], "entryIds": _DERIVED}
     new, changed = _substitute(value, index, len(index))
     return cbor2.dumps(new, canonical=True) if changed or rebuild else data
@@ -140,7 +159,7 @@ class _Restore:
                 raise BadPack(f"{value} is not allowed (no NaN or infinities)")
             return value
         if t is cbor2.CBORTag:
-            where = "outside a rebuildable revision's seq, size and entryIds" if value.tag == DERIVED_TAG else ""
+            where = "outside a rebuildable revision's treeSpine, size and entryIds" if value.tag == DERIVED_TAG else ""
             raise BadPack(f"CBOR tag {value.tag} is not allowed {where}".rstrip())
         raise BadPack(f"holds a {t.__name__}, which objects never contain (a CBOR tag?)")
 
@@ -148,17 +167,17 @@ class _Restore:
 def _split_derived(raw: Any) -> bool:
     """Whether a decoded record is a rebuildable revision; its tag-7 fields are removed if so.
 
-    A record is rebuildable when its seq is tag 7; then its size and its append operation's entryIds
+    A record is rebuildable when its treeSpine is tag 7; then its size and its append operation's entryIds
     must be tag 7 too (all three or none, so that each object has one pack form).
     """
-    if type(raw) is not dict or raw.get("seq") != _DERIVED:
+    if type(raw) is not dict or raw.get(SPINE_KEY) != _DERIVED:
         return False
     if not _appends(raw):
         raise BadPack("a tag-7 seq is allowed only in a revision whose operation is an append")
     op = raw["operation"]
     if raw.get("size") != _DERIVED or op.get("entryIds") != _DERIVED:
-        raise BadPack("a rebuildable revision sends seq, size and operation entryIds all as tag 7")
-    del raw["seq"], raw["size"], op["entryIds"]
+        raise BadPack("a rebuildable revision sends treeSpine, size and operation entryIds all as tag 7")
+    del raw[SPINE_KEY], raw["size"], op["entryIds"]
     return True
 
 
@@ -199,6 +218,7 @@ class Rebuilder:
         self.oids: list[bytes] = []
         self.index: dict[bytes, int] = {}
         self.rebuilt: set[bytes] = set()
+        self.spine_bytes: seq.SpineBytes | None = None
         self._restore = _Restore(self.oids, self.index)
         self._lookup = lookup
         self._recent: dict[bytes, Object | bytes] = {}
@@ -242,14 +262,15 @@ class Rebuilder:
                           f"not a{'n' if kind is Entry else ''} {kind.__name__.lower()}")
         return found
 
-    def restore(self, raw: Any) -> tuple[Any, list[tuple[ObjectId, bytes, SeqNode]], bool]:
-        """The object value a decoded record stands for, the nodes rebuilt for it (to store first), and
-        whether the value differs from the record (False: the record's bytes are the object's)."""
+    def restore(self, raw: Any) -> tuple[Any, list[tuple[ObjectId, bytes, SeqNode]], bool, bool]:
+        """The object value a decoded record stands for, the nodes rebuilt for it (to store first),
+        whether the value differs from the record (False: the record's bytes are the object's), and
+        whether it is a rebuilt revision."""
         derived = _split_derived(raw)
         before = self._restore.resolved
         value = self._restore.value(raw)
         if not derived:
-            return value, [], self._restore.resolved != before
+            return value, [], self._restore.resolved != before, False
         op = value["operation"]
         oids = op.get("entries")
         if type(oids) is not list or not all(type(o) is bytes and len(o) == OID_SIZE for o in oids):
@@ -266,14 +287,16 @@ class Rebuilder:
         spine, size, made = rebuild_tree(prev, pairs)
         for nid, _, node in made:
             self.remember(nid, node)
-        value["seq"], value["size"] = spine, size
+        value[SPINE_KEY], value["size"] = spine, size
         op["entryIds"] = ids
-        return value, made, True
+        return value, made, True, True
 
 
-def decode_record(body: bytes, rebuilder: Rebuilder) -> tuple[bytes, list[tuple[ObjectId, bytes, SeqNode]]]:
-    """The canonical bytes of the object a record carries (checking its pack form is the only one), and
-    the nodes rebuilt for it. Raises `BadPack` with the reason (the caller adds where)."""
+def decode_record(body: bytes,
+                  rebuilder: Rebuilder) -> tuple[bytes, list[tuple[ObjectId, bytes, SeqNode]], Revision | None]:
+    """The canonical bytes of the object a record carries (checking its pack form is the only one), the
+    nodes rebuilt for it, and the revision if it is a rebuilt one (made here by the rule and checked, so
+    the caller need not parse it). Raises `BadPack` with the reason (the caller adds where)."""
     try:
         raw = cbor2.loads(body, max_depth=MAX_DEPTH + 2)
         canonical = cbor2.dumps(raw, canonical=True) == body
@@ -282,5 +305,17 @@ def decode_record(body: bytes, rebuilder: Rebuilder) -> tuple[bytes, list[tuple[
     if not canonical:
         raise BadPack("is not canonical CBOR (unsorted or duplicate map keys, a non-shortest integer, length "
                       "or float, an indefinite length or trailing bytes)")
-    value, made, changed = rebuilder.restore(raw)
-    return (cbor2.dumps(value, canonical=True) if changed else body), made
+    value, made, changed, rebuilt = rebuilder.restore(raw)
+    if not rebuilt:
+        return (cbor2.dumps(value, canonical=True) if changed else body), made, None
+    try:
+        revision = from_value(value)
+    except CtxStoreError as exc:
+        raise BadPack(str(exc)) from None
+    assert isinstance(revision, Revision)  # a rebuildable record is a revision with an append operation
+    # Successive revisions of a chain share most of their spine: encoded directly, reusing the last one's.
+    fast = seq.encode_revision(revision, rebuilder.spine_bytes)
+    if fast is None:
+        return encode_object(revision)[1], made, revision
+    data, rebuilder.spine_bytes = fast
+    return data, made, revision

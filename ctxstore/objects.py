@@ -6,6 +6,7 @@ Each object is one canonical CBOR map with a ``type`` key; its id is the blake3 
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,10 +22,13 @@ __all__ = [
     "Entry",
     "Object",
     "Revision",
+    "SPINE_KEY",
     "SeqNode",
     "encode_object",
+    "from_value",
     "parse_object",
     "references",
+    "revision_header",
 ]
 
 BLOB_THRESHOLD = 4096
@@ -91,6 +95,11 @@ class Entry:
                     yield ObjectId(block)
 
 
+SPINE_KEY = "treeSpine"
+"""A revision's field for its spine. Canonical key order puts it last (the longest key, and after
+`createdAt` and `operation` among those of its length), so the other fields are read without it."""
+
+
 @dataclass(frozen=True, slots=True, eq=True)
 class Revision:
     """An ordered view of entries, the operation that made it, a parent.
@@ -107,7 +116,7 @@ class Revision:
     size: int
 
     def to_value(self) -> dict[str, Any]:
-        value: dict[str, Any] = {"type": "revision", "createdAt": self.created_at, "seq": self.seq,
+        value: dict[str, Any] = {"type": "revision", "createdAt": self.created_at, SPINE_KEY: self.seq,
                                  "size": self.size}
         if self.parent is not None:
             value["parent"] = self.parent
@@ -115,7 +124,8 @@ class Revision:
             value["operation"] = self.operation
         return value
 
-    def check(self) -> None:
+    def check(self, items: bool = True) -> None:
+        """Check the fields; `items=False` leaves out the spine's items (bytes checked when stored)."""
         if self.parent is not None and not _is_oid(self.parent):
             raise _fail("revision", "parent must be an object id")
         if type(self.created_at) is not int or self.created_at < 0:
@@ -123,12 +133,13 @@ class Revision:
         spine = self.seq
         if type(spine) is not list or not spine or len(spine) > 64 or any(type(s) is not list for s in spine):
             raise _fail("revision", "seq must be a list of 1 to 64 levels, each a list of items")
-        for level, items in enumerate(spine):
-            _check_items(items, level, "revision")
         if type(self.size) is not int or self.size < 0:
             raise _fail("revision", "size must be a non-negative integer")
-        if self.size != len(spine[0]) + sum(c for items in spine[1:] for _, c in items):
-            raise _fail("revision", "size must be the number of entries seq holds")
+        if items:
+            for level, listed in enumerate(spine):
+                _check_items(listed, level, "revision")
+            if self.size != len(spine[0]) + sum(item[1] for listed in spine[1:] for item in listed):
+                raise _fail("revision", "size must be the number of entries seq holds")
         if self.operation is not None:
             _check_operation(self.operation)
 
@@ -201,13 +212,20 @@ def _check_patch(patch: Any) -> None:
 def _check_items(items: Any, level: int, what: str) -> None:
     if type(items) is not list:
         raise _fail(what, "items must be a list")
+    # Written out rather than with helpers: a revision's spine is checked on every read of it.
+    if level == 0:
+        for item in items:
+            if type(item) is not list or len(item) != 2:
+                raise _fail(what, "each item must be a pair")
+            first, second = item
+            if type(first) is not str or not (second is None or (type(second) is bytes and len(second) == 32)):
+                raise _fail(what, "leaf items must be [entry id, entry oid or null]")
+        return
     for item in items:
         if type(item) is not list or len(item) != 2:
             raise _fail(what, "each item must be a pair")
-        if level == 0:
-            if type(item[0]) is not str or not (item[1] is None or _is_oid(item[1])):
-                raise _fail(what, "leaf items must be [entry id, entry oid or null]")
-        elif not _is_oid(item[0]) or type(item[1]) is not int or item[1] < 1:
+        first, second = item
+        if type(first) is not bytes or len(first) != 32 or type(second) is not int or second < 1:
             raise _fail(what, "inner items must be [child oid, positive count]")
 
 
@@ -265,7 +283,12 @@ def encode_object(obj: Object) -> tuple[ObjectId, bytes]:
     return object_id(data), data
 
 
-def _from_value(value: Any) -> Object:
+def from_value(value: Any, *, trusted: bool = False) -> Object:
+    """The object a decoded value stands for, checking its shape (not the encoding it came in).
+
+    `trusted=True` leaves out the per-item check of a revision's spine, for values of bytes that were
+    checked when they were stored: a spine is most of a revision, and revisions are read often.
+    """
     if type(value) is not dict:
         raise InvalidObject("invalid object: not a map")
     kind = value.get("type")
@@ -280,8 +303,10 @@ def _from_value(value: Any) -> Object:
         if kind == "entry":
             obj = Entry(value["id"], value["kind"], value["message"], value.get("meta"), value.get("sources"))
         elif kind == "revision":
-            obj = Revision(value.get("parent"), value["createdAt"], value.get("operation"), value["seq"],
-                           value["size"])
+            revision = Revision(value.get("parent"), value["createdAt"], value.get("operation"),
+                                value[SPINE_KEY], value["size"])
+            revision.check(items=not trusted)
+            return revision
         elif kind == "seq":
             obj = SeqNode(value["level"], value["items"])
         else:
@@ -294,7 +319,7 @@ def _from_value(value: Any) -> Object:
 
 _FIELDS = {
     "entry": {"type", "id", "kind", "message", "meta", "sources"},
-    "revision": {"type", "parent", "createdAt", "operation", "seq", "size"},
+    "revision": {"type", "parent", "createdAt", "operation", "treeSpine", "size"},
     "seq": {"type", "level", "items"},
     "blob": {"type", "data"},
 }
@@ -303,9 +328,35 @@ _FIELDS = {
 def parse_object(data: bytes, *, trusted: bool = False) -> Object:
     """Decode canonical bytes into an object, checking encoding and shape.
 
-    `trusted=True` skips the canonical-form check, for bytes that were checked when they were stored.
+    `trusted=True` skips the canonical-form check and the per-item check of a revision's spine, for bytes
+    that were checked when they were stored.
     """
-    return _from_value(cbor2.loads(data) if trusted else decode(data))
+    return from_value(cbor2.loads(data), trusted=True) if trusted else from_value(decode(data))
+
+
+def revision_header(data: bytes) -> tuple[ObjectId | None, int]:
+    """A stored revision's parent and `createdAt`, read without decoding its spine (what walks over
+    many revisions need). The bytes must be a revision's, checked when stored; anything else is refused.
+    """
+    n = data[0] - 0xA0 if data else -1
+    if 4 <= n <= 6:
+        stream = io.BytesIO(data)
+        stream.seek(1)
+        decoder = cbor2.CBORDecoder(stream)
+        fields: dict[str, Any] = {}
+        for _ in range(n):
+            key = decoder.decode()
+            if key == SPINE_KEY:
+                break
+            fields[key] = decoder.decode()
+        parent, created = fields.get("parent"), fields.get("createdAt")
+        if (fields.get("type") == "revision" and (parent is None or _is_oid(parent)) and type(created) is int
+                and created >= 0):
+            return parent, created
+    obj = parse_object(data, trusted=True)
+    if not isinstance(obj, Revision):
+        raise InvalidObject(f"object is a {type(obj).__name__.lower()}, not a revision")
+    return obj.parent, obj.created_at
 
 
 def references(obj: Object) -> list[ObjectId]:

@@ -22,13 +22,14 @@ from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from typing import Any, BinaryIO, Protocol
 
 import blake3
+import cbor2
 import zstandard
 
 from . import seq
 from ._packform import BACKREF_TAG, DERIVED_TAG, Lookup, Rebuilder, decode_record, encode_record
 from .codec import MAX_OBJECT_SIZE, ObjectId, object_id, to_hex
 from .errors import BadPack, CtxStoreError, InvalidInput, InvalidObject
-from .objects import Object, parse_object, references
+from .objects import Object, from_value, references
 from .store.base import ObjectSource
 
 __all__ = [
@@ -114,7 +115,7 @@ def write_pack(objects: Iterable[tuple[ObjectId, bytes]], count: int, *, level: 
     and blobs, then sequence nodes bottom-up, then revisions oldest first) sends each of those ids as a
     one- or two-byte back-reference. The revisions named in `rebuildable` (append revisions whose
     spine the receiver rebuilds from the parent's; the caller has checked that it comes out the same,
-    and leaves the nodes the append closed out of `objects`) are sent without seq, size and entry ids.
+    and leaves the nodes the append closed out of `objects`) are sent without treeSpine, size and entry ids.
     `version` must be one of `VERSIONS`. Raises `InvalidInput` if the objects are not `count` distinct
     objects whose ids match their bytes.
     """
@@ -338,7 +339,7 @@ class _Inflater:
 
 def check_shape(data: bytes) -> None:
     """The default check of a received object: its type and fields (its encoding is checked already)."""
-    parse_object(data, trusted=True)
+    from_value(cbor2.loads(data))
 
 
 def read_pack(source: PackSource, *, max_object_size: int = MAX_OBJECT_SIZE,
@@ -394,7 +395,7 @@ def _read(source: PackSource, max_object_size: int, max_total_size: int, max_obj
                           f"{max_object_size}-byte limit")
         body = inflater.read(size, f"object {here}")
         try:
-            data, made = decode_record(body, rebuilder)
+            data, made, built = decode_record(body, rebuilder)
         except BadPack as exc:
             raise BadPack(f"bad pack: object {here} {exc}") from None
         if len(data) > max_object_size:
@@ -412,10 +413,10 @@ def _read(source: PackSource, max_object_size: int, max_total_size: int, max_obj
             raise BadPack(f"bad pack: object {here} repeats object {index[oid]} ({to_hex(oid)})")
         if oid in rebuilt:
             raise BadPack(f"bad pack: object {here} repeats a node rebuilt earlier in the pack ({to_hex(oid)})")
-        obj: Object | None = None
+        obj: Object | None = built
         try:
-            if parse:
-                obj = parse_object(data, trusted=True)
+            if parse and obj is None:
+                obj = from_value(cbor2.loads(data))  # canonical already (decode_record): the shape, whole
                 if (fault := seq.chunking_fault(obj)) is not None:
                     raise InvalidObject(f"{fault} (docs/format.md)")
             if check is not None:

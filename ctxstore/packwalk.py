@@ -18,7 +18,7 @@ from . import seq
 from ._packform import rebuild_tree
 from .codec import MAX_OBJECT_SIZE, ObjectId, to_hex
 from .errors import BadPack, InvalidInput, InvalidObject, MissingObject
-from .objects import Entry, Object, Revision, SeqNode, parse_object
+from .objects import Entry, Object, Revision, SeqNode, parse_object, revision_header
 from .pack import DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOTAL_SIZE, PackSource, missing_references, verify_pack
 from .pack import write_pack as _write_pack
 from .refs import apply_updates
@@ -44,6 +44,7 @@ _WANT = 1
 _HAVE = 2
 _READ_BATCH = 512
 _NODE_CACHE = 4096
+_REVISION_CACHE = 32
 _ENTRY_CACHE = 256
 
 
@@ -53,6 +54,7 @@ class _Reader:
     def __init__(self, source: ObjectSource) -> None:
         self.source = source
         self._revs: dict[ObjectId, Revision] = {}
+        self._headers: dict[ObjectId, tuple[ObjectId | None, int]] = {}
         self._nodes: dict[ObjectId, SeqNode] = {}
         self._entries: dict[ObjectId, Entry] = {}
 
@@ -66,8 +68,28 @@ class _Reader:
             if not isinstance(obj, Revision):
                 raise InvalidInput(f"object {to_hex(oid)} is a {type(obj).__name__.lower()}, not a revision; "
                                    "wants and haves name revisions (what refs point at)")
+            # A revision holds its spine, so a walk over many keeps only the recent ones whole.
+            if len(self._revs) >= _REVISION_CACHE:
+                self._revs.clear()
             rev = self._revs[oid] = obj
+            self._headers[oid] = (rev.parent, rev.created_at)
         return rev
+
+    def header(self, oid: ObjectId) -> tuple[ObjectId | None, int]:
+        """A revision's parent and `createdAt`: what the walk needs, kept for every revision it reads."""
+        found = self._headers.get(oid)
+        if found is None:
+            rev = self._revs.get(oid)
+            if rev is not None:
+                found = (rev.parent, rev.created_at)
+            else:
+                try:
+                    found = revision_header(self.source.get(oid))
+                except InvalidObject:
+                    raise InvalidInput(f"object {to_hex(oid)} is not a revision; wants and haves name "
+                                       "revisions (what refs point at)") from None
+            self._headers[oid] = found
+        return found
 
     def node(self, oid: ObjectId) -> SeqNode:
         node: SeqNode = self._cached(oid, SeqNode, self._nodes, _NODE_CACHE)
@@ -115,7 +137,7 @@ def _revisions_to_send(reader: _Reader, wants: Iterable[ObjectId],
         flags[oid] = old | flag
         if oid not in queued:
             queued.add(oid)
-            heapq.heappush(heap, (-reader.revision(oid).created_at, oid))
+            heapq.heappush(heap, (-reader.header(oid)[1], oid))
 
     for oid in haves:
         if reader.source.has(oid):
@@ -133,7 +155,7 @@ def _revisions_to_send(reader: _Reader, wants: Iterable[ObjectId],
         queued.discard(oid)
         if flags[oid] == _WANT:
             oldest_want = min(oldest_want, -negated)
-        parent = reader.revision(oid).parent
+        parent = reader.header(oid)[0]
         if parent is not None:
             mark(parent, flags[oid])
     chosen = {oid for oid, f in flags.items() if f == _WANT}
@@ -146,7 +168,7 @@ def _revisions_to_send(reader: _Reader, wants: Iterable[ObjectId],
         while cur is not None and cur in chosen and cur not in done:
             done.add(cur)
             chain.append(cur)
-            cur = reader.revision(cur).parent
+            cur = reader.header(cur)[0]
         order.extend(reversed(chain))
     # A chain that stops at an earlier chain's member comes after all of it, so this order is topological.
     return order
@@ -311,7 +333,7 @@ def is_ancestor(source: ObjectSource, ancestor: ObjectId, descendant: ObjectId) 
     while cur is not None:
         if cur == ancestor:
             return True
-        cur = reader.revision(cur).parent
+        cur = reader.header(cur)[0]
     return False
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import blake3
 
 from .codec import ObjectId, encode, object_id
-from .objects import Object, Revision, SeqNode, encode_object
+from .objects import SPINE_KEY, Object, Revision, SeqNode, encode_object
 
 __all__ = [
     "INNER_TARGET",
@@ -179,7 +179,7 @@ def encode_revision(rev: Revision, base: SpineBytes | None = None) -> tuple[byte
         levels.append((items, encoded))
         parts += (_array_head(len(items)), encoded)
     value = rev.to_value()
-    value["seq"] = _SPINE_MARK
+    value[SPINE_KEY] = _SPINE_MARK
     head, mark, tail = encode(value).partition(_SPINE_MARK_BYTES)
     if not mark or _SPINE_MARK_BYTES in tail:
         return None
@@ -279,14 +279,17 @@ def chunking_fault(obj: Object) -> str | None:
     return None
 
 
-def _cut(items: Sequence[Item], level: int) -> tuple[list[list[Item]], list[Item]]:
-    """Cut one level's items into the chunks that end at a cut (or at the size limit) and the open rest."""
+def _cut(items: Sequence[Item], level: int, open_items: Sequence[Item] = ()) -> tuple[list[list[Item]], list[Item]]:
+    """Cut one level's items into the chunks that end at a cut (or at the size limit) and the open rest.
+
+    `open_items` come first and are known not to end a chunk (a spine's open level), so are not hashed.
+    """
     threshold, most = _LIMITS.get(level, _INNER_LIMITS)
     # The first 4 bytes of a boundary hash, compared as bytes, order as the big-endian number they spell.
     under = threshold.to_bytes(4, "big")
     out: list[list[Item]] = []
-    current: list[Item] = []
-    length = 0
+    current: list[Item] = list(open_items)
+    length = len(current)
     for item in items:
         current.append(item)
         length += 1
@@ -352,9 +355,11 @@ def append(spine: Spine, items: Iterable[Item], put: PutNode) -> Spine:
     if not new:
         return spine
     out: list[list[Item]] = []
-    level, pushed = 0, spine[0] + new
+    # A spine level holds no cut (the leaf level none before its last item), so those items are not
+    # hashed again: only what follows them is.
+    level, known, pushed = 0, spine[0][:-1], spine[0][-1:] + new
     while True:
-        closed, rest = _cut(pushed, level)
+        closed, rest = _cut(pushed, level, known)
         if level == 0 and not rest and closed:
             rest = closed.pop()  # the last leaf is the spine's even when it ends at a cut
         # Above the leaves the level ends with the ref to the spine node below, not written here: a chunk
@@ -366,9 +371,9 @@ def append(spine: Spine, items: Iterable[Item], put: PutNode) -> Spine:
             if not refs:
                 out.extend(spine[level:])
                 return out
-            pushed = spine[level] + refs
+            known, pushed = spine[level], refs
         elif refs:
-            pushed = refs
+            known, pushed = [], refs
         else:
             return out
 

@@ -10,7 +10,16 @@ from hypothesis import strategies as st
 
 from ctxstore.codec import encode, object_id
 from ctxstore.errors import EncodingError, InvalidObject
-from ctxstore.objects import Blob, Entry, Revision, SeqNode, encode_object, parse_object, references
+from ctxstore.objects import (
+    Blob,
+    Entry,
+    Revision,
+    SeqNode,
+    encode_object,
+    parse_object,
+    references,
+    revision_header,
+)
 
 OID = object_id(b"x")
 OID2 = object_id(b"y")
@@ -41,7 +50,7 @@ def test_revision_round_trip() -> None:
     assert parse_object(data) == rev
     assert parse_object(data, trusted=True) == rev
     assert encode_object(parse_object(data)) == (_oid, data)
-    assert rev.to_value()["seq"] == SPINE
+    assert rev.to_value()["treeSpine"] == SPINE
     root = Revision(None, 0, None, [[]], 0)
     root.check()
     assert "parent" not in root.to_value() and "operation" not in root.to_value()
@@ -64,7 +73,7 @@ def test_revision_size_must_be_the_spine_count() -> None:
             Revision(None, 1, None, SPINE, size).check()
         assert "size" in str(caught.value)
     with pytest.raises(InvalidObject):
-        parse_object(encode({"type": "revision", "createdAt": 1, "seq": [[["a", None]]], "size": 2}))
+        parse_object(encode({"type": "revision", "createdAt": 1, "treeSpine": [[["a", None]]], "size": 2}))
 
 
 def test_seq_node_and_blob_round_trip() -> None:
@@ -109,37 +118,37 @@ BAD_VALUES: list[dict[str, Any]] = [
     {"type": "entry", "id": "e", "kind": "turn", "message": {"role": "user"}, "meta": [1]},
     {"type": "entry", "id": "e", "kind": "turn", "message": {"role": "user"}, "sources": [1]},
     {"type": "entry", "id": "e", "kind": "turn", "message": {"role": "user"}, "extra": 1},
-    {"type": "revision", "createdAt": -1, "seq": [[]], "size": 0},
-    {"type": "revision", "createdAt": 1.5, "seq": [[]], "size": 0},
-    {"type": "revision", "createdAt": 1, "seq": [[]], "size": -1},
-    {"type": "revision", "createdAt": 1, "seq": [[]], "size": 0, "parent": "hex"},
+    {"type": "revision", "createdAt": -1, "treeSpine": [[]], "size": 0},
+    {"type": "revision", "createdAt": 1.5, "treeSpine": [[]], "size": 0},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[]], "size": -1},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[]], "size": 0, "parent": "hex"},
     # seq: not a spine, a bad level, a bad item, the wrong size
-    {"type": "revision", "createdAt": 1, "seq": OID, "size": 0},
-    {"type": "revision", "createdAt": 1, "seq": b"x", "size": 0},
-    {"type": "revision", "createdAt": 1, "seq": [], "size": 0},
-    {"type": "revision", "createdAt": 1, "seq": [OID], "size": 0},
-    {"type": "revision", "createdAt": 1, "seq": [[]] * 65, "size": 0},
-    {"type": "revision", "createdAt": 1, "seq": [[], "level"], "size": 0},
-    {"type": "revision", "createdAt": 1, "seq": [[["a"]]], "size": 1},
-    {"type": "revision", "createdAt": 1, "seq": [[["a", None, 1]]], "size": 1},
-    {"type": "revision", "createdAt": 1, "seq": [[[1, OID]]], "size": 1},
-    {"type": "revision", "createdAt": 1, "seq": [[["a", b"short"]]], "size": 1},
-    {"type": "revision", "createdAt": 1, "seq": [[[OID, 1]]], "size": 1},
-    {"type": "revision", "createdAt": 1, "seq": [[], [["a", OID]]], "size": 1},
-    {"type": "revision", "createdAt": 1, "seq": [[], [[OID, 0]]], "size": 0},
-    {"type": "revision", "createdAt": 1, "seq": [[], [[OID, -1]]], "size": 0},
-    {"type": "revision", "createdAt": 1, "seq": [[], [[b"short", 1]]], "size": 1},
-    {"type": "revision", "createdAt": 1, "seq": [[], [[OID, 1.5]]], "size": 1},
-    {"type": "revision", "createdAt": 1, "seq": [[["a", None]]], "size": 0},
-    {"type": "revision", "createdAt": 1, "seq": [[["a", None]], [[OID, 5]]], "size": 5},
-    {"type": "revision", "createdAt": 1, "seq": [[]], "size": 0, "operation": {"type": "merge"}},
-    {"type": "revision", "createdAt": 1, "seq": [[]], "size": 0,
+    {"type": "revision", "createdAt": 1, "treeSpine": OID, "size": 0},
+    {"type": "revision", "createdAt": 1, "treeSpine": b"x", "size": 0},
+    {"type": "revision", "createdAt": 1, "treeSpine": [], "size": 0},
+    {"type": "revision", "createdAt": 1, "treeSpine": [OID], "size": 0},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[]] * 65, "size": 0},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[], "level"], "size": 0},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[["a"]]], "size": 1},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[["a", None, 1]]], "size": 1},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[[1, OID]]], "size": 1},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[["a", b"short"]]], "size": 1},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[[OID, 1]]], "size": 1},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[], [["a", OID]]], "size": 1},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[], [[OID, 0]]], "size": 0},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[], [[OID, -1]]], "size": 0},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[], [[b"short", 1]]], "size": 1},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[], [[OID, 1.5]]], "size": 1},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[["a", None]]], "size": 0},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[["a", None]], [[OID, 5]]], "size": 5},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[]], "size": 0, "operation": {"type": "merge"}},
+    {"type": "revision", "createdAt": 1, "treeSpine": [[]], "size": 0,
      "operation": {"type": "append", "entryIds": ["a"], "entries": []}},
-    {"type": "revision", "createdAt": 1, "seq": [[]], "size": 0,
+    {"type": "revision", "createdAt": 1, "treeSpine": [[]], "size": 0,
      "operation": {"type": "edit", "patches": [{"op": "explode"}]}},
-    {"type": "revision", "createdAt": 1, "seq": [[]], "size": 0,
+    {"type": "revision", "createdAt": 1, "treeSpine": [[]], "size": 0,
      "operation": {"type": "edit", "patches": [{"op": "summary", "sourceIds": ["a"], "entry": "inline"}]}},
-    {"type": "revision", "createdAt": 1, "seq": [[]], "size": 0,
+    {"type": "revision", "createdAt": 1, "treeSpine": [[]], "size": 0,
      "operation": {"type": "edit", "patches": [{"op": "replace", "id": "a", "entries": [{"id": "x"}]}]}},
     {"type": "revision", "createdAt": 1, "size": 0},
     {"type": "seq", "level": 0, "items": [["a"]]},
@@ -180,3 +189,21 @@ def test_entry_id_is_the_same_however_it_is_built(entry_id: str, kind: str, meta
                 list(sources) if sources is not None else None)
     assert encode_object(one) == encode_object(two)
     assert parse_object(encode_object(one)[1]) == one
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.none() | st.just(OID2), st.integers(0, 2**63), st.integers(0, 40),
+       st.sampled_from([None, {"type": "fork"}, {"type": "view", "entryIds": ["a"]}]))
+def test_a_revision_header_is_read_without_its_spine_and_matches_the_whole_parse(
+        parent: bytes | None, created: int, leaf: int, op: dict[str, Any] | None) -> None:
+    spine = [[[f"e{i}", OID] for i in range(leaf)]]
+    _, data = encode_object(Revision(parent, created, op, spine, leaf))
+    assert data.endswith(encode(spine))  # canonical key order puts the spine last
+    assert revision_header(data) == (parent, created)
+
+
+def test_a_revision_header_of_another_object_is_refused() -> None:
+    with pytest.raises(InvalidObject, match="not a revision"):
+        revision_header(encode_object(Entry("a", "turn", {"role": "user", "content": "hi"}))[1])
+    with pytest.raises(InvalidObject, match="not a revision"):
+        revision_header(encode_object(SeqNode(0, [["a", OID]]))[1])

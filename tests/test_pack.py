@@ -466,7 +466,7 @@ def _first_revision_records(first_tag: object = DERIVED, size: object = DERIVED,
     """An entry and a rebuildable revision appending it, with chosen fields (a valid pair by default)."""
     entry = Entry("e1", "turn", {"role": "user", "content": "hello"})
     op = {"type": op_type, "entries": [tag(6, 1)], "entryIds": ids}
-    revision = {"type": "revision", "createdAt": 1, "operation": op, "seq": first_tag, "size": size}
+    revision = {"type": "revision", "createdAt": 1, "operation": op, "treeSpine": first_tag, "size": size}
     return [encode_object(entry)[1], cbor2.dumps(revision, canonical=True)]
 
 
@@ -570,7 +570,7 @@ def test_rebuildable_revisions_with_any_fields_are_refused_or_read_never_crash(
     """A rebuild runs on whatever the record names: missing, wrong-typed or odd objects give BadPack."""
     records = records_of(SMALL_REBUILT_PACK)
     revision = cbor2.loads(records[-1])
-    assert revision["seq"] == DERIVED  # the chain's last revision, sent rebuildable
+    assert revision["treeSpine"] == DERIVED  # the chain's last revision, sent rebuildable
     revision["operation"]["entries"] = entries
     revision["createdAt"] = created
     if with_parent:

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ctxstore import seq
+from ctxstore import codec, seq
 from ctxstore.codec import ObjectId, from_hex, to_hex
 from ctxstore.errors import BadPack, NonFastForward
 from ctxstore.history import MessageHistory
 from ctxstore.objects import Entry, Revision, SeqNode, encode_object, parse_object
-from ctxstore.pack import read_pack
+from ctxstore.pack import read_pack, write_pack
 from ctxstore.packwalk import (
     is_ancestor,
     objects_to_send,
@@ -348,3 +348,15 @@ def test_read_pack_of_walk_output_verifies(big):
 
 def _lookup(store):
     return lambda oid: store.get(oid) if store.has(oid) else None
+
+
+def test_a_revision_sent_whole_with_a_malformed_spine_is_refused_by_unpack():
+    """Received objects get the whole shape check, spine items included (only stored bytes skip it)."""
+    entry, entry_data = encode_object(Entry("a", "turn", {"role": "user", "content": "hi"}))
+    for spine, size in (([[["a", entry[:16]]]], 1), ([[["a", entry]]], 2), ([[["a", entry]], [[entry, 0]]], 1)):
+        value = {"type": "revision", "createdAt": 1, "treeSpine": spine, "size": size}
+        data = codec.encode(value)
+        rev = codec.object_id(data)
+        receiver = MemoryStore()
+        _refused(receiver, b"".join(write_pack([(entry, entry_data), (rev, data)], 2)),
+                 {"refs/heads/main": (None, rev)})
