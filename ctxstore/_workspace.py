@@ -10,7 +10,7 @@ from typing import Any
 
 from .codec import ObjectId, now_ms, object_id, to_hex
 from .errors import InvalidObject, MissingObject
-from .objects import Entry, Object, Revision, SeqNode, encode_object, parse_object
+from .objects import Entry, Object, Revision, SeqNode, encode_object, parse_object, revision_header
 from .seq import SpineBytes, encode_node, encode_revision
 from .store.base import ObjectSource
 
@@ -146,6 +146,13 @@ class Workspace:
         if not isinstance(obj, Revision):
             raise InvalidObject(f"object {to_hex(oid)} is a {type(obj).__name__.lower()}, not a revision")
         return obj
+
+    def parent(self, oid: ObjectId) -> ObjectId | None:
+        """A revision's parent, read without decoding (or keeping) its spine: what lineage walks need."""
+        obj = self._decoded.get(oid)
+        if type(obj) is Revision:
+            return obj.parent
+        return revision_header(self.raw(oid))[0]
 
     def entry(self, oid: ObjectId) -> Entry:
         obj = self.get(oid)

@@ -294,13 +294,13 @@ class MessageHistory:
         oid: ObjectId | None = self._head
         while oid is not None:
             yield to_hex(oid)
-            oid = self._revision(oid).parent
+            oid = self._ws.parent(oid)
 
     def _chain(self, start: ObjectId) -> Iterator[ObjectId]:
         oid: ObjectId | None = start
         while oid is not None:
             yield oid
-            oid = self._revision(oid).parent
+            oid = self._ws.parent(oid)
 
     def _all_revisions(self) -> list[ObjectId]:
         """Every revision this history knows, parents before children."""

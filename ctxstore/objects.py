@@ -355,7 +355,7 @@ def revision_header(data: bytes) -> tuple[ObjectId | None, int]:
             return parent, created
     obj = parse_object(data, trusted=True)
     if not isinstance(obj, Revision):
-        raise InvalidObject(f"object is a {type(obj).__name__.lower()}, not a revision")
+        raise InvalidObject(f"object is not a revision but a {obj.to_value()['type']} object")
     return obj.parent, obj.created_at
 
 

@@ -33,7 +33,7 @@ from .errors import (
     UnknownRevision,
 )
 from .history import MessageHistory
-from .objects import Entry, Object, Revision, SeqNode, parse_object, references
+from .objects import Entry, Object, Revision, SeqNode, parse_object, references, revision_header
 from .refs import ANY, HEADS, ReflogEntry, Refs, apply_updates, default_ref_name, ref_candidates
 from .store.base import Transaction, TransactionalStore
 from .store.memory import MemoryStore
@@ -417,9 +417,9 @@ class Repository:
     def _parent(self, oid: ObjectId, history: MessageHistory | None = None) -> ObjectId | None:
         if oid in self._parents:
             return self._parents[oid]
-        rev = history.workspace.revision(oid) if history is not None else self._revision(oid)
-        self._parents[oid] = rev.parent
-        return rev.parent
+        parent = history.workspace.parent(oid) if history is not None else revision_header(self.store.get(oid))[0]
+        self._parents[oid] = parent
+        return parent
 
     def _descends(self, history: MessageHistory, ancestor: ObjectId) -> bool:
         """Whether `ancestor` is in the history's lineage (the history's head included)."""
