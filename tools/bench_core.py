@@ -81,7 +81,8 @@ def main() -> None:
     body = (
         f"Appending one message ({APPENDS} appends, messages of 300-700 characters) to histories built "
         "to each size. New object bytes are the canonical bytes of the objects an append creates: the "
-        "entry, the revision, and the rewritten right spine of the sequence tree.\n\n"
+        "entry and the revision, which holds the sequence tree's right spine (the last node of each "
+        "level), plus a node when the append closes a chunk.\n\n"
         + "\n".join(rows)
         + "\n\nSnapshots carry every revision's full `entryIds` (the seed's shape), so a history with a "
         "revision per message has a snapshot that grows with revisions × entries.\n\n"

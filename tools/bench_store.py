@@ -242,21 +242,17 @@ conversation, measured in turns | {fig['append_large'] * 1e3:.2f} ms | {fig['app
 {verdict}
 
 What a commit costs is mostly the pages LMDB copies, writes and (when durable) flushes, and the object
-model sets their number: an append writes an entry, a revision and the right spine of the sequence tree
-(two nodes at 100 messages, four at 100,000), each an insert at a random place in the objects B-tree
-(object ids are random, so no two land near each other), plus the ref, its reflog, and LMDB's main and
-free-list pages. Counted with strace over 20 durable commits: 6.2 data pages per commit at 100
-messages and 16.2 at 100,000 (the objects B-tree is three levels deep there, so each new object dirties
-a leaf and a branch page), each commit then one 120-byte meta write and one fdatasync; the raw single
-put writes 3. A scattered page costs a durable commit some 20-30 µs here, so the pages alone put the
-durable append ratio near 1.6x, and Python's share (making and encoding the entry, the spine nodes and
-the revision; the transaction: about 80 µs per append and commit) is the same at both sizes, which
-narrows the ratio but caps the commit rate. Both durable figures move by 10-20% from run to run with
-the disk. Already taken out: the per-object `times` database (the write time now lives in the object's
-value), a level of the B-tree at this size (keys are half an object id), the lookups before each
-insert, compressing what cannot shrink (seq nodes above the leaves, small revisions), and most of the
-encoding work of the spine (see docs/storage.md). Messages are made before the timed loops, as the
-baselines' values are.
+model sets their number. An append writes the entry and the revision, which holds the sequence tree's
+right spine (the last node of each level: the only nodes an append changes), plus a node only when the
+append closes a chunk (about one append in 32); each object is an insert at a random place in the
+objects B-tree (object ids are random), then the ref, its reflog, and LMDB's main and free-list pages.
+Counted with strace over 20 durable commits: 4.95 data pages per commit at 100 messages and 8.55 at
+100,000 (the objects B-tree is a level deeper there, so the entry and the revision each dirty a branch
+page as well as a leaf), each commit then one meta write and one fdatasync; the raw single put writes 3.
+Before repository format 2 stored the spine as nodes, an append wrote four more objects at 100,000
+messages and the counts were 6.2 and 16.2. Both durable figures move by 10-20% from run to run with the
+disk, the commit rate most (the raw baseline's rate is what moves). Messages are made before the timed
+loops, as the baselines' values are.
 
 A 10,000-message conversation committed one message at a time, with 50 forks of 20 messages each
 (each fork message its own commit), against the same messages written as one JSONL file per branch

@@ -161,19 +161,20 @@ def _section(rows: list[tuple[str, str, dict[str, float]]]) -> str:
 
 
 NOTES = """\
-How the pack gets there (pack version 2, `docs/protocol.md`): objects travel in one zstd stream; an id
+How the pack gets there (pack version 3, `docs/protocol.md`): objects travel in one zstd stream; an id
 of an object earlier in the pack is sent as a back-reference counting how many objects back it is, so
 each revision of a chain names its parent and its entry with the same small numbers as the one before;
-and an append revision is sent *rebuildable*: without its sequence-tree nodes and without its `seq`,
-`size` and `entryIds`, which the receiver computes from the parent's tree and checks by hashing. With
-one revision per message the tree nodes were about three quarters of the objects and most of the bytes:
-version 1 sent 654,235 bytes (7.62x) for the templated N-appends row.
+and an append revision is sent *rebuildable*: without its `treeSpine`, `size` and `entryIds`, which the
+receiver computes from the parent's spine and checks by hashing, and without the sequence nodes the
+append closed, which the receiver rebuilds. A revision holds its tree's spine (repository format 2), so
+the receiver stores about two objects per appended message, and a pull walks revisions by their parent
+and time alone (the spine is the last field, and is not decoded).
 
 The goal holds for the chat messages. For the templated messages it does not, and cannot while entries
 keep their ids: those messages compress 13 to 1, to about 9 bytes each, and an entry's generated id
 costs about 5 compressed bytes more (*entries zstd* is already about 1.6x the messages). The pack is
-within about 1.06x of the entries themselves in every row, so what it adds besides the ids (revisions,
-back-references, framing) is a few percent.
+within about 1.06x of the entries themselves in the rows of N revisions, so what it adds besides the
+ids (revisions, back-references, framing) is a few percent.
 """
 
 
