@@ -12,7 +12,6 @@ different object. ``docs/protocol.md`` specifies both.
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -22,7 +21,17 @@ import cbor2
 from . import seq
 from .codec import MAX_DEPTH, OID_SIZE, ObjectId, object_id, to_hex
 from .errors import BadPack, CtxStoreError, InvalidInput
-from .objects import SPINE_KEY, Entry, Object, Revision, SeqNode, encode_object, from_value, parse_object
+from .objects import (
+    SPINE_KEY,
+    Entry,
+    Object,
+    Revision,
+    SeqNode,
+    encode_object,
+    fields_before_spine,
+    from_value,
+    parse_object,
+)
 
 __all__ = ["BACKREF_TAG", "DERIVED_TAG", "Lookup", "Rebuilder", "decode_record", "encode_record", "rebuild_tree"]
 
@@ -77,24 +86,6 @@ def _appends(value: Any) -> bool:
     return type(op) is dict and op.get("type") == "append"
 
 
-def _without_spine(data: bytes) -> Any:
-    """A revision's fields but its spine (canonical order puts it last), or the whole value otherwise."""
-    n = data[0] - 0xA0 if data else -1
-    if not 1 <= n < 24:
-        return cbor2.loads(data)
-    stream = io.BytesIO(data)
-    stream.seek(1)
-    decoder = cbor2.CBORDecoder(stream)
-    value: dict[Any, Any] = {}
-    for _ in range(n):
-        key = decoder.decode()
-        if key == SPINE_KEY:
-            value[key] = None  # replaced by tag 7: the caller checks it is there
-            break
-        value[key] = decoder.decode()
-    return value
-
-
 def encode_record(data: bytes, index: Mapping[bytes, int], *, rebuild: bool = False) -> bytes:
     """The pack form of the object with canonical bytes `data`, sent after the objects in `index` (the
     positions of the records before it).
@@ -104,7 +95,8 @@ def encode_record(data: bytes, index: Mapping[bytes, int], *, rebuild: bool = Fa
     """
     if not rebuild and _OID_HEAD not in data:
         return data  # holds no 32-byte byte string, so nothing to replace (most entries)
-    value = _without_spine(data) if rebuild else cbor2.loads(data)
+    # A rebuildable revision's spine is not sent, so it is not decoded either.
+    value = (fields_before_spine(data) if rebuild else None) or cbor2.loads(data)
     if rebuild:
         if not _appends(value):
             raise InvalidInput(f"object {to_hex(object_id(data))} is not an append revision; only those are "

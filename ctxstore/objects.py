@@ -25,6 +25,7 @@ __all__ = [
     "SPINE_KEY",
     "SeqNode",
     "encode_object",
+    "fields_before_spine",
     "from_value",
     "parse_object",
     "references",
@@ -334,21 +335,30 @@ def parse_object(data: bytes, *, trusted: bool = False) -> Object:
     return from_value(cbor2.loads(data), trusted=True) if trusted else from_value(decode(data))
 
 
+def fields_before_spine(data: bytes) -> dict[str, Any] | None:
+    """The fields of a revision's canonical bytes but its spine, decoded without it (canonical key order
+    puts it last); None if the bytes are not a map with as many fields as a revision has."""
+    n = data[0] - 0xA0 if data else -1
+    if not 4 <= n <= 6:
+        return None
+    stream = io.BytesIO(data)
+    stream.seek(1)
+    decoder = cbor2.CBORDecoder(stream)
+    fields: dict[str, Any] = {}
+    for _ in range(n):
+        key = decoder.decode()
+        if key == SPINE_KEY:
+            break
+        fields[key] = decoder.decode()
+    return fields
+
+
 def revision_header(data: bytes) -> tuple[ObjectId | None, int]:
     """A stored revision's parent and `createdAt`, read without decoding its spine (what walks over
     many revisions need). The bytes must be a revision's, checked when stored; anything else is refused.
     """
-    n = data[0] - 0xA0 if data else -1
-    if 4 <= n <= 6:
-        stream = io.BytesIO(data)
-        stream.seek(1)
-        decoder = cbor2.CBORDecoder(stream)
-        fields: dict[str, Any] = {}
-        for _ in range(n):
-            key = decoder.decode()
-            if key == SPINE_KEY:
-                break
-            fields[key] = decoder.decode()
+    fields = fields_before_spine(data)
+    if fields is not None:
         parent, created = fields.get("parent"), fields.get("createdAt")
         if (fields.get("type") == "revision" and (parent is None or _is_oid(parent)) and type(created) is int
                 and created >= 0):

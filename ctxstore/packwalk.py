@@ -3,7 +3,8 @@
 `objects_to_send` finds every object reachable from the *want* revisions and not from the *have*
 revisions while reading only what changed: revision chains are walked back until they meet the have
 side, and each revision's sequence tree is diffed against its parent's, so equal subtrees are skipped
-and an append costs O(log n) nodes. `pack` streams those objects as a pack (`ctxstore.pack`), and
+and an append costs its entry and its revision (which holds the tree's spine), plus a node when it
+closes a chunk. `pack` streams those objects as a pack (`ctxstore.pack`), and
 `unpack` verifies a whole pack before writing its objects and moving refs in one store transaction.
 """
 

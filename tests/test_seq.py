@@ -397,6 +397,17 @@ def _all_leaves(spine: seq.Spine, nodes: Nodes) -> set[ObjectId]:
     return found | {oid_of(SeqNode(0, spine[0]))} if spine[0] else found
 
 
+def _assert_diff_leaves_cover(a: seq.Spine, b: seq.Spine, nodes: Nodes) -> seq.SeqDiff:
+    """`diff` reports every leaf one side has and the other lacks, and only leaves of its own side."""
+    result = seq.diff([a], [b], nodes.get)
+    a_leaves, b_leaves = _all_leaves(a, nodes), _all_leaves(b, nodes)
+    got_a = {oid_of(leaf) for leaf in result.a_leaves}
+    got_b = {oid_of(leaf) for leaf in result.b_leaves}
+    assert a_leaves - b_leaves <= got_a <= a_leaves
+    assert b_leaves - a_leaves <= got_b <= b_leaves
+    return result
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=400), max_size=600),
        st.lists(st.integers(min_value=0, max_value=400), max_size=600),
@@ -408,19 +419,15 @@ def test_diff_leaves_cover_the_difference(xs: list[int], ys: list[int], share: b
         ys = [*xs[: len(xs) // 2], *ys]
     a = seq.build([item(n) for n in xs], nodes.put)
     b = seq.build([item(n) for n in ys], nodes.put)
-    result = seq.diff([a], [b], nodes.get)
-    a_leaves, b_leaves = _all_leaves(a, nodes), _all_leaves(b, nodes)
+    result = _assert_diff_leaves_cover(a, b, nodes)
+    assert set(result.a_nodes) | set(result.b_nodes) <= set(nodes.nodes)
     got_a = {oid_of(leaf) for leaf in result.a_leaves}
     got_b = {oid_of(leaf) for leaf in result.b_leaves}
-    assert a_leaves - b_leaves <= got_a <= a_leaves
-    assert b_leaves - a_leaves <= got_b <= b_leaves
-    assert set(result.a_nodes) | set(result.b_nodes) <= set(nodes.nodes)
     if len(set(xs)) == len(xs) and len(set(ys)) == len(ys):
-        # With distinct items a shared leaf is reported only where it is one side's spine leaf and the
-        # other side's stored leaf (see test_diff_does_not_report_a_spine_leaf_the_other_side_stores).
-        spine_leaves = {oid_of(SeqNode(0, s[0])) for s in (a, b) if s[0]}
-        assert got_a - (a_leaves - b_leaves) <= spine_leaves
-        assert got_b - (b_leaves - a_leaves) <= spine_leaves
+        # With distinct items no leaf is on both sides twice, so the report is exactly the difference,
+        # a spine leaf that the other side stores included.
+        a_leaves, b_leaves = _all_leaves(a, nodes), _all_leaves(b, nodes)
+        assert got_a == a_leaves - b_leaves and got_b == b_leaves - a_leaves
     # Sides swapped: the same answer, mirrored.
     swapped = seq.diff([b], [a], nodes.get)
     assert {oid_of(leaf) for leaf in swapped.a_leaves} == got_b
@@ -571,12 +578,7 @@ def test_diff_on_deep_trees(xs: list[int], ys: list[int]) -> None:
         nodes = Nodes()
         a = seq.build([item(n) for n in xs], nodes.put)
         b = seq.build([item(n) for n in [*xs[: len(xs) // 2], *ys]], nodes.put)
-        result = seq.diff([a], [b], nodes.get)
-        a_leaves, b_leaves = _all_leaves(a, nodes), _all_leaves(b, nodes)
-        got_a = {oid_of(leaf) for leaf in result.a_leaves}
-        got_b = {oid_of(leaf) for leaf in result.b_leaves}
-        assert a_leaves - b_leaves <= got_a <= a_leaves
-        assert b_leaves - a_leaves <= got_b <= b_leaves
+        _assert_diff_leaves_cover(a, b, nodes)
     finally:
         seq._LIMITS, seq._INNER_LIMITS = saved
 
