@@ -147,6 +147,16 @@ class Workspace:
             raise InvalidObject(f"object {to_hex(oid)} is a {type(obj).__name__.lower()}, not a revision")
         return obj
 
+    def passing_revision(self, oid: ObjectId) -> Revision:
+        """A revision read once by a walk over many: parsed, and not kept in the cache (a revision holds
+        its spine, so keeping thousands costs memory and garbage-collector time)."""
+        obj = self._decoded.get(oid)
+        if obj is None:
+            obj = parse_object(self.raw(oid), trusted=True)
+        if not isinstance(obj, Revision):
+            raise InvalidObject(f"object {to_hex(oid)} is a {type(obj).__name__.lower()}, not a revision")
+        return obj
+
     def parent(self, oid: ObjectId) -> ObjectId | None:
         """A revision's parent, read without decoding (or keeping) its spine: what lineage walks need."""
         obj = self._decoded.get(oid)

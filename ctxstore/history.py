@@ -126,10 +126,16 @@ class MessageHistory:
         for rev_oid in todo:
             if rev_oid in ws.indexed:
                 continue
-            rev = ws.revision(rev_oid)
+            rev = ws.passing_revision(rev_oid)
             self._index_spine(rev.seq)
-            for oid in rev.operation_ids():
-                ws.index.setdefault(ws.entry(oid).id, oid)
+            op = rev.operation
+            if op is not None and op["type"] == "append":
+                # An append names its entries' ids next to their oids: no entry needs reading.
+                for entry_id, oid in zip(op["entryIds"], op["entries"], strict=True):
+                    ws.index.setdefault(entry_id, oid)
+            else:
+                for oid in rev.operation_ids():
+                    ws.index.setdefault(ws.entry(oid).id, oid)
             ws.indexed.add(rev_oid)
 
     def _index_spine(self, spine: seq.Spine) -> None:
