@@ -141,18 +141,12 @@ class Workspace:
             self._pending.pop(oid, None)
 
     # -- typed reads ---------------------------------------------------------------------------
-    def revision(self, oid: ObjectId) -> Revision:
-        obj = self.get(oid)
-        if not isinstance(obj, Revision):
-            raise InvalidObject(f"object {to_hex(oid)} is a {type(obj).__name__.lower()}, not a revision")
-        return obj
-
-    def passing_revision(self, oid: ObjectId) -> Revision:
-        """A revision read once by a walk over many: parsed, and not kept in the cache (a revision holds
-        its spine, so keeping thousands costs memory and garbage-collector time)."""
+    def revision(self, oid: ObjectId, *, keep: bool = True) -> Revision:
+        """A revision; `keep=False` for a walk that reads each of many once: it is not cached (a revision
+        holds its spine, so keeping thousands costs memory and garbage-collector time)."""
         obj = self._decoded.get(oid)
         if obj is None:
-            obj = parse_object(self.raw(oid), trusted=True)
+            obj = self.get(oid) if keep else parse_object(self.raw(oid), trusted=True)
         if not isinstance(obj, Revision):
             raise InvalidObject(f"object {to_hex(oid)} is a {type(obj).__name__.lower()}, not a revision")
         return obj

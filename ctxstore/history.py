@@ -126,7 +126,7 @@ class MessageHistory:
         for rev_oid in todo:
             if rev_oid in ws.indexed:
                 continue
-            rev = ws.passing_revision(rev_oid)
+            rev = ws.revision(rev_oid, keep=False)
             self._index_spine(rev.seq)
             op = rev.operation
             if op is not None and op["type"] == "append":

@@ -279,9 +279,9 @@ def test_explicit_id_append_reads_only_recent_revisions() -> None:
     reads: list[bytes] = []
     original = ws.revision
 
-    def counting(oid: Any) -> Any:
+    def counting(oid: Any, **options: Any) -> Any:
         reads.append(oid)
-        return original(oid)
+        return original(oid, **options)
 
     ws.revision = counting  # type: ignore[method-assign]
     try:
