@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .codec import json_fields
 from .errors import InvalidInput
 from .store.base import TransactionalStore
 
@@ -30,9 +31,7 @@ class FsckReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data."""
-        return {"ok": self.ok, "objects": self.objects, "bytes": self.bytes, "refs": self.refs,
-                "reflogEntries": self.reflog_entries, "reachable": self.reachable,
-                "unreachable": self.unreachable, "problems": list(self.problems)}
+        return json_fields(self, before=("ok",))
 
 
 @dataclass
@@ -46,8 +45,7 @@ class GcReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data."""
-        return {"deleted": self.deleted, "bytes": self.bytes, "keptYoung": self.kept_young,
-                "reachable": self.reachable}
+        return json_fields(self)
 
 
 @dataclass
@@ -73,9 +71,7 @@ class RepoStats:
 
     def to_dict(self) -> dict[str, Any]:
         """The figures as JSON-ready data."""
-        return {"objects": self.objects, "objectBytes": self.object_bytes, "storedBytes": self.stored_bytes,
-                "diskBytes": self.disk_bytes, "refs": self.refs, "logicalBytes": self.logical_bytes,
-                "savedBytes": self.saved_bytes}
+        return json_fields(self, after=("saved_bytes",))
 
 
 @dataclass
@@ -93,7 +89,7 @@ class RevisionDiff:
 
     def to_dict(self) -> dict[str, Any]:
         """The diff as JSON-ready data."""
-        return {"a": self.a, "b": self.b, "added": self.added, "removed": self.removed, "moved": self.moved}
+        return json_fields(self)
 
 
 class Config:

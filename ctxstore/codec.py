@@ -9,6 +9,7 @@ would not re-encode to themselves, so every value has exactly one encoding and o
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -32,6 +33,7 @@ __all__ = [
     "encode",
     "from_hex",
     "hex_or_none",
+    "json_fields",
     "now_ms",
     "object_id",
     "short_hex",
@@ -69,6 +71,25 @@ def hex_or_none(oid: bytes | None) -> str | None:
 def short_hex(oid: bytes | None) -> str:
     """The 12-digit prefix people see in messages, or "nothing" for no object."""
     return "nothing" if oid is None else oid.hex()[:12]
+
+
+def json_fields(report: Any, *, before: tuple[str, ...] = (), after: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A report dataclass as JSON-ready data: its fields under camelCase names (the spelling of every JSON
+    document ctxstore writes), with the attributes named in `before` and `after` (properties) around them.
+
+    Lists and maps are copied, so the data does not alias the report; a value with its own `to_dict`
+    (a nested report) is given as that.
+    """
+    out: dict[str, Any] = {}
+    for name in (*before, *(f.name for f in dataclasses.fields(report)), *after):
+        value = getattr(report, name)
+        if hasattr(value, "to_dict"):
+            value = value.to_dict()
+        elif isinstance(value, list | dict):
+            value = type(value)(value)
+        head, *rest = name.split("_")
+        out[head + "".join(part.title() for part in rest)] = value
+    return out
 
 
 def now_ms() -> int:

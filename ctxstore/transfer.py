@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
+from .codec import json_fields
 from .errors import CtxStoreError, InvalidInput, NonFastForward, StoreError
 from .history import MessageHistory
 from .repo import Repository
@@ -47,7 +48,7 @@ class ImportResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The result as JSON-ready data."""
-        return {"refs": dict(self.refs), "entries": self.entries}
+        return json_fields(self)
 
 
 # -- reading files -----------------------------------------------------------------------------------

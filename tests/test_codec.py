@@ -291,3 +291,35 @@ def test_the_fast_value_check_agrees_at_the_depth_limit() -> None:
             except EncodingError:
                 accepted = False
             assert codec._fits(value, 0) == accepted, (depth, leaf)
+
+
+def test_json_fields_spells_fields_in_camel_case_copies_containers_and_nests_reports() -> None:
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class Inner:
+        round_trips: int = 1
+
+        def to_dict(self) -> dict[str, Any]:
+            return codec.json_fields(self)
+
+    @dataclass
+    class Outer:
+        new_objects: int
+        problems: list[str] = field(default_factory=list)
+        inner: Inner = field(default_factory=Inner)
+
+        @property
+        def ok(self) -> bool:
+            return not self.problems
+
+        @property
+        def saved_bytes(self) -> int:
+            return 7
+
+    report = Outer(3, ["p"])
+    data = codec.json_fields(report, before=("ok",), after=("saved_bytes",))
+    assert list(data) == ["ok", "newObjects", "problems", "inner", "savedBytes"]
+    assert data == {"ok": False, "newObjects": 3, "problems": ["p"], "inner": {"roundTrips": 1}, "savedBytes": 7}
+    data["problems"].append("q")
+    assert report.problems == ["p"]  # a copy, not the report's own list

@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..codec import json_fields
+
 __all__ = ["LogRevision", "collect", "draw", "operation_summary"]
 
 
@@ -22,8 +24,7 @@ class LogRevision:
     refs: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "parent": self.parent, "createdAt": self.created_at,
-                "operation": operation_summary(self.operation), "size": self.size, "refs": self.refs}
+        return {**json_fields(self), "operation": operation_summary(self.operation)}
 
 
 def operation_summary(op: Mapping[str, Any] | None) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..codec import ObjectId, from_hex, to_hex
+from ..codec import ObjectId, from_hex, json_fields, to_hex
 from ..codec import hex_or_none as _hex
 from ..codec import short_hex as _short
 from ..errors import InvalidInput, NonFastForward, RemoteError, UnknownRef
@@ -45,8 +45,7 @@ class FetchResult:
     round_trips: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {"remote": self.remote, "updated": self.updated, "objects": self.objects,
-                "newObjects": self.new_objects, "bytes": self.bytes, "roundTrips": self.round_trips}
+        return json_fields(self)
 
 
 @dataclass(frozen=True)
@@ -60,8 +59,7 @@ class PullResult:
     fetch: FetchResult
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ref": self.ref, "old": self.old, "new": self.new, "how": self.how,
-                "fetch": self.fetch.to_dict()}
+        return json_fields(self)
 
 
 @dataclass(frozen=True)
@@ -74,7 +72,7 @@ class PushResult:
     bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"remote": self.remote, "updated": self.updated, "objects": self.objects, "bytes": self.bytes}
+        return json_fields(self)
 
 
 class _Counted:
