@@ -301,7 +301,8 @@ def decode_record(body: bytes,
     if not rebuilt:
         return (cbor2.dumps(value, canonical=True) if changed else body), made, None
     try:
-        revision = from_value(value)
+        # Its spine was made here by the rule from checked objects; its other fields get the full check.
+        revision = from_value(value, trusted=True)
     except CtxStoreError as exc:
         raise BadPack(str(exc)) from None
     assert isinstance(revision, Revision)  # a rebuildable record is a revision with an append operation

@@ -106,9 +106,9 @@ class Workspace:
                 return self.put_encoded(object_id(fast), fast, obj)
         if type(obj) is Revision:
             # Its spine is most of it: encoded directly, reusing the last revision's encoded levels.
-            fast = encode_revision(obj, self._last_spine)
-            if fast is not None:
-                data, self._last_spine = fast
+            encoded = encode_revision(obj, self._last_spine)
+            if encoded is not None:
+                data, self._last_spine = encoded
                 return self.put_encoded(object_id(data), data, obj)
         oid, data = encode_object(obj)
         return self.put_encoded(oid, data, obj)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
@@ -300,12 +300,7 @@ class _Env:
                 tail = oid[KEY_SIZE:]
                 if not put(oid[:KEY_SIZE], time + tail + value, db=objs, overwrite=False):
                     self._restamp(txn, oid, time)
-        refs = dbs[b"refs"]
-        for name, target in w.refs.items():
-            if target is None:
-                txn.delete(name.encode(), db=refs)
-            else:
-                txn.put(name.encode(), target, db=refs)
+        _set_or_delete(txn, dbs[b"refs"], w.refs)
         reflog = dbs[b"reflog"]
         for name in w.reflog_cleared:
             prefix = name.encode() + b"\x00"
@@ -320,12 +315,7 @@ class _Env:
             for record in records:
                 txn.put(prefix + seq.to_bytes(8, "big"), record, db=reflog)
                 seq += 1
-        config = dbs[b"config"]
-        for key, value in w.config.items():
-            if value is None:
-                txn.delete(key.encode(), db=config)
-            else:
-                txn.put(key.encode(), value, db=config)
+        _set_or_delete(txn, dbs[b"config"], w.config)
 
     def _restamp(self, txn: lmdb.Transaction, oid: ObjectId, time: bytes) -> None:
         """Refresh the write time of an object already held (gc's grace then protects it again)."""
@@ -779,3 +769,12 @@ class LmdbStore(BatchWrites):
         dict_id = env.raw_write(store, need=len(data), sync=self._opts.durable)
         env.dicts.setdefault(dict_id, zstandard.ZstdCompressionDict(data))
         return dict_id
+
+
+def _set_or_delete(txn: lmdb.Transaction, db: lmdb._Database, values: Mapping[str, bytes | None]) -> None:
+    """Write text-keyed values into `db`; None deletes the key (a ref or a setting removed)."""
+    for key, value in values.items():
+        if value is None:
+            txn.delete(key.encode(), db=db)
+        else:
+            txn.put(key.encode(), value, db=db)
