@@ -3,8 +3,21 @@
 The public names are listed, with one line each, in docs/api.md.
 """
 
-from .agent import Agent, RunResult, Tool, tool
-from .budget import PRICING, Pricing, cost_of, estimate_tokens, max_cost, max_tokens
+from .agents.loop import Agent, RunResult, Tool, tool
+from .agents.models import AnthropicModel, GenerateResult, Model, Usage, anthropic_model
+from .agents.offline import OfflineModel, offline_model, tool_call
+from .agents.recording import repository_history_strategy
+from .agents.signals import Signal, signal_history_strategy
+from .agents.strategies import (
+    HistoryAppendContext,
+    HistoryReadContext,
+    HistoryStrategy,
+    ReadResult,
+    SummaryMemory,
+    append_only_history_strategy,
+    selective_summary_history_strategy,
+    summarizing_history_strategy,
+)
 from .errors import (
     AuthError,
     BadPack,
@@ -27,23 +40,10 @@ from .errors import (
     UnknownRef,
     UnknownRevision,
 )
-from .history import MessageHistory, MessageHistoryEntry
-from .models import AnthropicModel, GenerateResult, Model, Usage, anthropic_model
-from .offline import OfflineModel, offline_model, tool_call
-from .recording import repository_history_strategy
-from .repo import Repository
-from .signals import Signal, signal_history_strategy
+from .history.budget import PRICING, Pricing, cost_of, estimate_tokens, max_cost, max_tokens
+from .history.message_history import MessageHistory, MessageHistoryEntry
+from .repo.repository import Repository
 from .store import MemoryStore
-from .strategies import (
-    HistoryAppendContext,
-    HistoryReadContext,
-    HistoryStrategy,
-    ReadResult,
-    SummaryMemory,
-    append_only_history_strategy,
-    selective_summary_history_strategy,
-    summarizing_history_strategy,
-)
 
 __version__ = "0.1.0"
 

@@ -14,20 +14,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from . import codec
-from .codec import ObjectId, to_hex
-from .codec import hex_or_none as _hex
-from .codec import now_ms as _now_ms
-from .codec import short_hex as _short
-from .errors import (
-    EncodingError,
-    InvalidInput,
-    InvalidRefName,
-    MissingObject,
-    NonFastForward,
-    StoreError,
-    UnknownRef,
-)
+from .errors import EncodingError, InvalidInput, InvalidRefName, MissingObject, NonFastForward, StoreError, UnknownRef
+from .format import codec
+from .format.codec import now_ms as _now_ms
+from .ids import ObjectId, to_hex
+from .ids import hex_or_none as _hex
+from .ids import short_hex as _short
 from .store.base import Transaction, TransactionalStore, check_oid
 
 __all__ = [

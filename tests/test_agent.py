@@ -9,17 +9,17 @@ from typing import Any, Literal
 import httpx2
 import pytest
 
-from ctxstore.agent import Agent, RunResult, Tool, agent, tool
-from ctxstore.budget import cost_of, max_cost, max_tokens
-from ctxstore.errors import InvalidInput
-from ctxstore.models import Usage, anthropic_model
-from ctxstore.offline import OfflineModel, tool_call
-from ctxstore.strategies import (
+from ctxstore.agents.loop import Agent, RunResult, Tool, agent, tool
+from ctxstore.agents.models import Usage, anthropic_model
+from ctxstore.agents.offline import OfflineModel, tool_call
+from ctxstore.agents.strategies import (
     HistoryAppendContext,
     HistoryReadContext,
     ReadResult,
     append_only_history_strategy,
 )
+from ctxstore.errors import InvalidInput
+from ctxstore.history.budget import cost_of, max_cost, max_tokens
 
 
 def run(coro: Any) -> Any:

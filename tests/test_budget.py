@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ctxstore.budget import PRICING, Pricing, cost_of, estimate_tokens, max_cost, max_tokens
+from ctxstore.history.budget import PRICING, Pricing, cost_of, estimate_tokens, max_cost, max_tokens
 
 
 def test_seed_estimate_tokens_is_characters_over_four_rounded_up() -> None:

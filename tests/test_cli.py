@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from ctxstore import Repository
 from ctxstore.cli import EXIT_CODES, cli
-from ctxstore.codec import from_hex
-from ctxstore.history import MessageHistory
-from ctxstore.repo import Repository
+from ctxstore.history.message_history import MessageHistory
+from ctxstore.ids import from_hex
 
 
 @pytest.fixture

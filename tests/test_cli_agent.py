@@ -12,11 +12,11 @@ import httpx2
 import pytest
 from click.testing import CliRunner, Result
 
-import ctxstore.cli_agent as cli_agent
+import ctxstore.cli._agent as cli_agent
+from ctxstore import Repository
+from ctxstore.agents.models import anthropic_model
 from ctxstore.cli import cli
-from ctxstore.cli_agent import AGENT_COMMANDS, chat, compact
-from ctxstore.models import anthropic_model
-from ctxstore.repo import Repository
+from ctxstore.cli._agent import AGENT_COMMANDS, chat, compact
 
 
 def full_cli() -> click.Group:

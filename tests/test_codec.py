@@ -11,17 +11,10 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxstore import codec
-from ctxstore.codec import (
-    compress,
-    decode,
-    decompress,
-    encode,
-    from_hex,
-    object_id,
-    to_hex,
-)
 from ctxstore.errors import CtxStoreError, EncodingError, InvalidInput
+from ctxstore.format import codec
+from ctxstore.format.codec import compress, decode, decompress, encode
+from ctxstore.ids import from_hex, object_id, to_hex
 
 ints = st.integers(min_value=-(2**64), max_value=2**64 - 1)
 floats = st.one_of(
@@ -301,7 +294,7 @@ def test_json_fields_spells_fields_in_camel_case_copies_containers_and_nests_rep
         round_trips: int = 1
 
         def to_dict(self) -> dict[str, Any]:
-            return codec.json_fields(self)
+            return report.json_fields(self)
 
     @dataclass
     class Outer:
@@ -317,9 +310,9 @@ def test_json_fields_spells_fields_in_camel_case_copies_containers_and_nests_rep
         def saved_bytes(self) -> int:
             return 7
 
-    report = Outer(3, ["p"])
-    data = codec.json_fields(report, before=("ok",), after=("saved_bytes",))
+    outer = Outer(3, ["p"])
+    data = report.json_fields(outer, before=("ok",), after=("saved_bytes",))
     assert list(data) == ["ok", "newObjects", "problems", "inner", "savedBytes"]
     assert data == {"ok": False, "newObjects": 3, "problems": ["p"], "inner": {"roundTrips": 1}, "savedBytes": 7}
     data["problems"].append("q")
-    assert report.problems == ["p"]  # a copy, not the report's own list
+    assert outer.problems == ["p"]  # a copy, not the report's own list

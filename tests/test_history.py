@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from ctxstore.errors import CtxStoreError, DuplicateEntryId, InvalidInput, UnknownRevision
-from ctxstore.history import MessageHistory, MessageHistoryEntry
-from ctxstore.objects import BLOB_THRESHOLD, Blob, Entry
+from ctxstore.format.objects import BLOB_THRESHOLD, Blob, Entry
+from ctxstore.history.message_history import MessageHistory, MessageHistoryEntry
 
 
 def user(text: str) -> dict[str, Any]:
@@ -294,8 +294,8 @@ def test_explicit_id_append_reads_only_recent_revisions() -> None:
 
 def test_edit_in_a_long_history_writes_few_tree_nodes() -> None:
     """An edit re-cuts only the tree around the change, and gives the tree a rebuild would."""
-    from ctxstore import seq
-    from ctxstore.objects import SeqNode
+    from ctxstore.format import seq
+    from ctxstore.format.objects import SeqNode
 
     history = MessageHistory().extend([{"id": f"e{n}", "message": user(str(n))} for n in range(10_000)])
     ws = history.workspace
@@ -577,7 +577,7 @@ def test_large_string_content_is_a_blob() -> None:
 
 def test_blob_threshold_boundary() -> None:
     """A text block whose encoding is one byte under the threshold stays inline."""
-    from ctxstore.codec import encode
+    from ctxstore.format.codec import encode
 
     text_len = BLOB_THRESHOLD - 3  # a text string over 255 bytes has a 3-byte head
     assert len(encode("z" * text_len)) == BLOB_THRESHOLD

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from ctxstore.history import MessageHistory
+from ctxstore.history.message_history import MessageHistory
 
 GHOSTS = ["ghost-1", "ghost-2"]
 

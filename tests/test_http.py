@@ -14,11 +14,10 @@ from typing import Any
 import httpx2
 import pytest
 
-from ctxstore import sync
-from ctxstore.codec import from_hex
+from ctxstore import Repository, sync
 from ctxstore.errors import AuthError, NonFastForward, RemoteError
-from ctxstore.packwalk import plan_pack
-from ctxstore.repo import Repository
+from ctxstore.ids import from_hex
+from ctxstore.pack.plan import plan_pack
 
 READ = "r" * 24
 WRITE = "w" * 24
@@ -126,7 +125,7 @@ def test_clone_fetch_pull_push_between_processes(hub, tmp_path):
     assert _run("""
         import sys
         from ctxstore import sync
-        from ctxstore.repo import Repository
+        from ctxstore import Repository
         repo = Repository.open(sys.argv[1])
         sync.pull(repo, "origin", "main", token=sys.argv[2])
         repo.append("main", [{"role": "user", "content": "from A again"}])

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from ctxstore import Repository
 from ctxstore.errors import InvalidInput, NonFastForward
-from ctxstore.repo import Repository
-from ctxstore.transfer import (
+from ctxstore.interop.formats import (
     detect_format,
     export_ref,
     import_claude_code,

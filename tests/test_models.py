@@ -10,10 +10,10 @@ import anthropic
 import httpx2
 import pytest
 
-from ctxstore.budget import cost_of
+from ctxstore.agents.models import GenerateResult, Model, Usage, anthropic_model
+from ctxstore.agents.offline import OfflineModel, offline_model, tool_call
 from ctxstore.errors import CtxStoreError, InvalidInput, ModelError
-from ctxstore.models import GenerateResult, Model, Usage, anthropic_model
-from ctxstore.offline import OfflineModel, offline_model, tool_call
+from ctxstore.history.budget import cost_of
 
 
 def run(coro: Any) -> Any:
@@ -193,7 +193,7 @@ def test_importing_ctxstore_does_not_import_anthropic() -> None:
     import subprocess
     import sys
 
-    code = "import sys, ctxstore, ctxstore.agent, ctxstore.strategies; print('anthropic' in sys.modules)"
+    code = "import sys, ctxstore, ctxstore.agents.loop, ctxstore.agents.strategies; print('anthropic' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -243,7 +243,7 @@ def test_offline_default_summarizes_when_asked() -> None:
 
 
 def test_offline_usage_is_the_token_estimate() -> None:
-    from ctxstore.budget import estimate_tokens
+    from ctxstore.history.budget import estimate_tokens
 
     messages = [{"role": "user", "content": "x" * 40}]
     result = run(OfflineModel().generate(messages=messages))

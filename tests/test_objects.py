@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxstore.codec import encode, object_id
 from ctxstore.errors import EncodingError, InvalidObject
-from ctxstore.objects import (
+from ctxstore.format.codec import encode
+from ctxstore.format.objects import (
     Blob,
     Entry,
     Revision,
@@ -20,6 +20,7 @@ from ctxstore.objects import (
     references,
     revision_header,
 )
+from ctxstore.ids import object_id
 
 OID = object_id(b"x")
 OID2 = object_id(b"y")

@@ -13,11 +13,12 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxstore import codec, seq
-from ctxstore.codec import ObjectId, decode, encode, object_id
 from ctxstore.errors import BadPack, InvalidInput
-from ctxstore.objects import Entry, Revision, SeqNode, encode_object, parse_object
-from ctxstore.pack import MAGIC, VERSION, missing_references, read_pack, verify_pack, write_pack
+from ctxstore.format import codec, seq
+from ctxstore.format.codec import decode, encode
+from ctxstore.format.objects import Entry, Revision, SeqNode, encode_object, parse_object
+from ctxstore.ids import ObjectId, object_id
+from ctxstore.pack.stream import MAGIC, VERSION, missing_references, read_pack, verify_pack, write_pack
 from ctxstore.store.memory import MemoryStore
 
 # -- helpers ---------------------------------------------------------------------------------------------

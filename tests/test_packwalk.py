@@ -9,21 +9,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ctxstore import codec, seq
-from ctxstore.codec import ObjectId, from_hex, to_hex
+from ctxstore import ids
 from ctxstore.errors import BadPack, NonFastForward
-from ctxstore.history import MessageHistory
-from ctxstore.objects import Entry, Revision, SeqNode, encode_object, parse_object
-from ctxstore.pack import read_pack, write_pack
-from ctxstore.packwalk import (
-    is_ancestor,
-    objects_to_send,
-    pack,
-    pack_objects,
-    plan_pack,
-    revisions_to_send,
-    unpack,
-)
+from ctxstore.format import codec, seq
+from ctxstore.format.objects import Entry, Revision, SeqNode, encode_object, parse_object
+from ctxstore.history.message_history import MessageHistory
+from ctxstore.ids import ObjectId, from_hex, to_hex
+from ctxstore.pack.plan import is_ancestor, objects_to_send, pack, pack_objects, plan_pack, revisions_to_send
+from ctxstore.pack.stream import read_pack, write_pack
+from ctxstore.repo.receive import unpack
 from ctxstore.store import MemoryStore
 
 
@@ -357,7 +351,7 @@ def test_a_revision_sent_whole_with_a_malformed_spine_is_refused_by_unpack():
     for spine, size in (([[["a", entry[:16]]]], 1), ([[["a", entry]]], 2), ([[["a", entry]], [[entry, 0]]], 1)):
         value = {"type": "revision", "createdAt": 1, "treeSpine": spine, "size": size}
         data = codec.encode(value)
-        rev = codec.object_id(data)
+        rev = ids.object_id(data)
         receiver = MemoryStore()
         _refused(receiver, b"".join(write_pack([(entry, entry_data), (rev, data)], 2)),
                  {"refs/heads/main": (None, rev)})

@@ -10,18 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxstore.agent import Agent
-from ctxstore.errors import CtxStoreError, InvalidInput, ModelError, StoreError
-from ctxstore.history import MessageHistory
-from ctxstore.offline import OfflineModel, tool_call
-from ctxstore.recording import RepositoryHistoryStrategy, repository_history_strategy
-from ctxstore.repo import Repository
-from ctxstore.strategies import (
+from ctxstore import Repository
+from ctxstore.agents.loop import Agent
+from ctxstore.agents.offline import OfflineModel, tool_call
+from ctxstore.agents.recording import RepositoryHistoryStrategy, repository_history_strategy
+from ctxstore.agents.strategies import (
     HistoryAppendContext,
     HistoryReadContext,
     append_only_history_strategy,
     summarizing_history_strategy,
 )
+from ctxstore.errors import CtxStoreError, InvalidInput, ModelError, StoreError
+from ctxstore.history.message_history import MessageHistory
 
 MODEL = OfflineModel()
 APPEND = HistoryAppendContext(MODEL, 10_000)
@@ -277,8 +277,8 @@ def test_interleaved_writers_lose_nothing_and_keep_their_order(schedule: list[tu
 
 
 def test_the_recorder_is_a_strategy_that_signal_strategies_can_wrap(repo: Repository) -> None:
-    from ctxstore.signals import signal_history_strategy
-    from ctxstore.strategies import HistoryStrategy
+    from ctxstore.agents.signals import signal_history_strategy
+    from ctxstore.agents.strategies import HistoryStrategy
 
     recorder = repository_history_strategy(repo, "main")
     assert isinstance(recorder, HistoryStrategy)

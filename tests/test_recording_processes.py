@@ -11,7 +11,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from ctxstore.repo import Repository
+from ctxstore import Repository
 
 AGENT_RUN = textwrap.dedent('''
     """One agent run recorded into REF of the repository at PATH; prints what the model saw."""
@@ -19,10 +19,10 @@ AGENT_RUN = textwrap.dedent('''
     import json
     import sys
 
-    from ctxstore.agent import Agent
-    from ctxstore.offline import OfflineModel, tool_call
-    from ctxstore.recording import repository_history_strategy
-    from ctxstore.repo import Repository
+    from ctxstore.agents.loop import Agent
+    from ctxstore.agents.offline import OfflineModel, tool_call
+    from ctxstore.agents.recording import repository_history_strategy
+    from ctxstore import Repository
 
 
     def weather(city: str) -> str:
@@ -47,9 +47,9 @@ WRITER = textwrap.dedent('''
     import sys
     import time
 
-    from ctxstore.recording import repository_history_strategy
-    from ctxstore.repo import Repository
-    from ctxstore.strategies import HistoryAppendContext, HistoryReadContext
+    from ctxstore.agents.recording import repository_history_strategy
+    from ctxstore import Repository
+    from ctxstore.agents.strategies import HistoryAppendContext, HistoryReadContext
 
     path, ref, tag, count, go = sys.argv[1:6]
     with Repository.open(path) as repo:

@@ -10,24 +10,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxstore import codec
+from ctxstore import ids
 from ctxstore.errors import InvalidRefName, MissingObject, NonFastForward, UnknownRef
-from ctxstore.refs import (
-    ANY,
-    ReflogEntry,
-    Refs,
-    check_ref_name,
-    default_ref_name,
-    is_valid_ref_name,
-    ref_candidates,
-)
+from ctxstore.format import codec
+from ctxstore.refs import ANY, ReflogEntry, Refs, check_ref_name, default_ref_name, is_valid_ref_name, ref_candidates
 from ctxstore.store import MemoryStore, TransactionalStore
 from ctxstore.store.lmdb import LmdbStore
 
 
-def obj(i: int) -> tuple[codec.ObjectId, bytes]:
+def obj(i: int) -> tuple[ids.ObjectId, bytes]:
     data = codec.encode({"revision": i})
-    return codec.object_id(data), data
+    return ids.object_id(data), data
 
 
 class Clock:
@@ -139,8 +132,8 @@ def test_a_stale_compare_and_swap_names_both_heads_and_writes_nothing(refs: Refs
         refs.set_if_equals("main", obj(1)[0], obj(3)[0], objects=[obj(3)])
     err = info.value
     assert err.ref == "refs/heads/main"
-    assert err.current == codec.to_hex(obj(2)[0]) and err.expected == codec.to_hex(obj(1)[0])
-    assert codec.to_hex(obj(2)[0])[:12] in str(err) and codec.to_hex(obj(1)[0])[:12] in str(err)
+    assert err.current == ids.to_hex(obj(2)[0]) and err.expected == ids.to_hex(obj(1)[0])
+    assert ids.to_hex(obj(2)[0])[:12] in str(err) and ids.to_hex(obj(1)[0])[:12] in str(err)
     assert not store.has(obj(3)[0])
     assert refs["main"] == obj(2)[0]
     assert len(refs.reflog("main")) == 2
@@ -220,7 +213,7 @@ def _increment(path: str, times: int) -> None:
         n = codec.decode(store.get(head))["n"] if head else 0
         new = codec.encode({"n": n + 1})
         try:
-            refs.set_if_equals("counter", head, codec.object_id(new), objects=[(codec.object_id(new), new)])
+            refs.set_if_equals("counter", head, ids.object_id(new), objects=[(ids.object_id(new), new)])
         except NonFastForward:
             continue
         done += 1

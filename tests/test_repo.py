@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxstore.codec import encode, from_hex, object_id, to_hex
+from ctxstore import Repository
 from ctxstore.errors import (
     InvalidInput,
     InvalidRefName,
@@ -22,10 +22,11 @@ from ctxstore.errors import (
     UnknownRef,
     UnknownRevision,
 )
-from ctxstore.history import MessageHistory
-from ctxstore.objects import SeqNode, encode_object, parse_object
-from ctxstore.repo import Repository
-from ctxstore.seq import LEAF_TARGET
+from ctxstore.format.codec import encode
+from ctxstore.format.objects import SeqNode, encode_object, parse_object
+from ctxstore.format.seq import LEAF_TARGET
+from ctxstore.history.message_history import MessageHistory
+from ctxstore.ids import from_hex, object_id, to_hex
 from ctxstore.store.memory import MemoryStore
 
 
@@ -304,7 +305,7 @@ def test_fsck_detects_a_missing_reachable_object(repo: Repository) -> None:
 
 
 def _entry_oids(repo: Repository, history: MessageHistory) -> list[tuple[Any, bytes]]:
-    from ctxstore import seq
+    from ctxstore.format import seq
 
     ws = history.workspace
     rev = ws.revision(from_hex(history.revision_id))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from ctxstore import Repository
 from ctxstore.errors import NonFastForward
-from ctxstore.repo import Repository
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs fork and SIGKILL")
 

@@ -1,4 +1,4 @@
-"""Repository.pack / unpack / changes_since / clone / fetch / pull / push: the seed-facing spellings."""
+"""Repository.pack / unpack / changes_since, and ctxstore.clone / fetch / pull / push over them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxstore import BadPack, NonFastForward, Repository
+from ctxstore import BadPack, NonFastForward, Repository, clone, fetch, pull, push
 
 
 def _repo(path: Path, *texts: str) -> Repository:
@@ -42,22 +42,22 @@ def test_unpack_of_a_corrupt_pack_changes_nothing(tmp_path: Path):
     assert dst.refs() == before
 
 
-def test_clone_pull_push_through_repository_methods(tmp_path: Path):
+def test_clone_pull_push_through_the_top_level_functions(tmp_path: Path):
     """clone records origin; pull fast-forwards; a divergent push is refused until pull --rebase."""
     hub = _repo(tmp_path / "hub", "hello")
     hub.close()
-    mine = Repository.clone(str(tmp_path / "hub"), tmp_path / "mine")
-    theirs = Repository.clone(str(tmp_path / "hub"), tmp_path / "theirs")
+    mine = clone(str(tmp_path / "hub"), tmp_path / "mine")
+    theirs = clone(str(tmp_path / "hub"), tmp_path / "theirs")
     assert mine.remotes() == {"origin": str(tmp_path / "hub")}
     theirs.append("main", [{"role": "user", "content": "from theirs"}])
-    theirs.push("origin", ["main"])
+    push(theirs, "origin", ["main"])
     mine.append("main", [{"role": "user", "content": "from mine"}])
     with pytest.raises(NonFastForward):
-        mine.push("origin", ["main"])
-    mine.pull("origin", "main", rebase=True)
-    mine.push("origin", ["main"])
-    theirs.pull("origin", "main")
+        push(mine, "origin", ["main"])
+    pull(mine, "origin", "main", rebase=True)
+    push(mine, "origin", ["main"])
+    pull(theirs, "origin", "main")
     contents = [m["content"] for m in theirs.history("main").render()]
     assert contents == ["hello", "from theirs", "from mine"]
-    mine.fetch("origin")
+    fetch(mine, "origin")
     assert mine.refs()["refs/remotes/origin/main"] == mine.refs()["refs/heads/main"]

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxstore import seq
-from ctxstore.codec import ObjectId
-from ctxstore.objects import Blob, Revision, SeqNode, encode_object
+from ctxstore.format import seq
+from ctxstore.format.objects import Blob, Revision, SeqNode, encode_object
+from ctxstore.ids import ObjectId
 
 Items = list[list[Any]]
 
@@ -721,8 +721,8 @@ def test_the_direct_node_encoder_leaves_unusual_nodes_to_the_general_encoder(nod
 @given(st.lists(st.integers(1, 40), min_size=1, max_size=12), st.integers(0, 2**32))
 def test_objects_a_history_encodes_directly_are_canonical_and_build_the_same_tree(
         batches: list[int], salt: int) -> None:
-    from ctxstore.history import MessageHistory
-    from ctxstore.objects import parse_object
+    from ctxstore.format.objects import parse_object
+    from ctxstore.history.message_history import MessageHistory
 
     history = MessageHistory()
     n = 0

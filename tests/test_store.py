@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxstore import codec
+from ctxstore import ids
 from ctxstore.errors import InvalidInput, MissingObject, StoreError
+from ctxstore.format import codec
 from ctxstore.store import MemoryStore, ObjectStore, TransactionalStore
 from ctxstore.store.lmdb import LmdbStore
 
@@ -25,9 +26,9 @@ class FakeClock:
         return self.now
 
 
-def obj(i: int, text: str = "message") -> tuple[codec.ObjectId, bytes]:
+def obj(i: int, text: str = "message") -> tuple[ids.ObjectId, bytes]:
     data = codec.encode({"role": "user", "content": f"{text} {i}", "n": i})
-    return codec.object_id(data), data
+    return ids.object_id(data), data
 
 
 def make_store(kind: str, path: str, clock: FakeClock | None = None) -> TransactionalStore:

@@ -7,15 +7,15 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from ctxstore import codec
+from ctxstore import Repository, ids
 from ctxstore.errors import MissingObject, StoreError
-from ctxstore.repo import Repository
+from ctxstore.format import codec
 from ctxstore.store.lmdb import KEY_SIZE, LmdbStore
 
 
-def chat(i: int) -> tuple[codec.ObjectId, bytes]:
+def chat(i: int) -> tuple[ids.ObjectId, bytes]:
     data = codec.encode({"role": "user", "content": f"message number {i} " * 8})
-    return codec.object_id(data), data
+    return ids.object_id(data), data
 
 
 class Clock:
@@ -26,7 +26,7 @@ class Clock:
         return self.now
 
 
-def write_old_layout(path: Path, objects: list[tuple[codec.ObjectId, bytes]], when: int) -> None:
+def write_old_layout(path: Path, objects: list[tuple[ids.ObjectId, bytes]], when: int) -> None:
     """A store as written before `objs`: 32-byte keys in `objects`, write times in `times`."""
     env = lmdb.open(str(path), max_dbs=8, map_size=1 << 24)
     with env.begin(write=True) as txn:
@@ -69,7 +69,7 @@ def test_objects_are_keyed_by_half_their_id_with_the_time_and_the_rest_in_the_va
 
 def test_an_id_sharing_the_key_of_a_held_object_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
     (oid, data), (_, other), third = chat(1), chat(2), chat(3)
-    twin = codec.ObjectId(oid[:KEY_SIZE] + bytes(32 - KEY_SIZE))  # the same key, another id
+    twin = ids.ObjectId(oid[:KEY_SIZE] + bytes(32 - KEY_SIZE))  # the same key, another id
     with LmdbStore(tmp_path / "s", durable=False) as store:
         store.put_many([(oid, data)])
     before = raw_databases(tmp_path / "s")
@@ -85,18 +85,18 @@ def test_an_id_sharing_the_key_of_a_held_object_is_refused_and_nothing_is_writte
 
 
 def test_ids_that_are_mostly_other_ids_are_stored_raw_and_read_back(tmp_path: Path) -> None:
-    ids = [chat(i)[0] for i in range(16)]
-    inner = codec.encode({"type": "seq", "items": [[oid, 10 + n] for n, oid in enumerate(ids)], "level": 1})
+    oids = [chat(i)[0] for i in range(16)]
+    inner = codec.encode({"type": "seq", "items": [[oid, 10 + n] for n, oid in enumerate(oids)], "level": 1})
     small = codec.encode({"note": "tiny"})
     leaf = codec.encode({"type": "seq", "level": 0,
-                         "items": [[f"01jd8e2k4m6p8r0t2v4x6z{n:04d}", oid] for n, oid in enumerate(ids)]})
+                         "items": [[f"01jd8e2k4m6p8r0t2v4x6z{n:04d}", oid] for n, oid in enumerate(oids)]})
     with LmdbStore(tmp_path / "s", durable=False) as store:
-        store.put_many([(codec.object_id(d), d) for d in (inner, small, leaf)])
-        assert store.stored_size(codec.object_id(inner)) == len(inner) + 1
-        assert store.stored_size(codec.object_id(small)) == len(small) + 1
-        assert store.stored_size(codec.object_id(leaf)) < len(leaf)  # entry ids share prefixes
+        store.put_many([(ids.object_id(d), d) for d in (inner, small, leaf)])
+        assert store.stored_size(ids.object_id(inner)) == len(inner) + 1
+        assert store.stored_size(ids.object_id(small)) == len(small) + 1
+        assert store.stored_size(ids.object_id(leaf)) < len(leaf)  # entry ids share prefixes
         for data in (inner, small, leaf):
-            assert store.get(codec.object_id(data)) == data
+            assert store.get(ids.object_id(data)) == data
         assert store.stats().object_bytes == len(inner) + len(small) + len(leaf)
 
 
@@ -133,7 +133,7 @@ def test_a_repository_over_the_old_layout_commits_and_stays_sound(tmp_path: Path
     # Rewrite its store in the old layout, ref and all, then keep working on it.
     db = tmp_path / "r" / "db"
     dbs = raw_databases(db)
-    objects = [(codec.ObjectId(k + v[6:22]), codec.decompress(v[22:])) for k, v in dbs[b"objs"].items()]
+    objects = [(ids.ObjectId(k + v[6:22]), codec.decompress(v[22:])) for k, v in dbs[b"objs"].items()]
     for name in ("data.mdb", "lock.mdb"):
         (db / name).unlink()
     write_old_layout(db, objects, when=1)

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from ctxstore import codec
+from ctxstore import ids
 from ctxstore.errors import NotARepository, StoreError
+from ctxstore.format import codec
 from ctxstore.store.lmdb import LmdbStore
 
 
-def chat(i: int, salt: str = "") -> tuple[codec.ObjectId, bytes]:
+def chat(i: int, salt: str = "") -> tuple[ids.ObjectId, bytes]:
     """A small chat-message-like object, the kind a dictionary should help with."""
     roles = ["user", "assistant"]
     data = codec.encode({
@@ -27,13 +28,13 @@ def chat(i: int, salt: str = "") -> tuple[codec.ObjectId, bytes]:
                                      f"whether it shipped? Reference number {i}."}]},
         "meta": {"createdAt": 1_700_000_000_000 + i * 1000, "model": "claude-sonnet-4-6"},
     })
-    return codec.object_id(data), data
+    return ids.object_id(data), data
 
 
-def bulky(i: int) -> tuple[codec.ObjectId, bytes]:
+def bulky(i: int) -> tuple[ids.ObjectId, bytes]:
     """An object that does not compress, to fill the map quickly."""
     data = codec.encode({"n": i, "noise": os.urandom(2000)})
-    return codec.object_id(data), data
+    return ids.object_id(data), data
 
 
 # -- workers for real processes (module level so 'spawn' can import them) ------------------------------
@@ -72,7 +73,7 @@ def _commit_then_die(path: str, durable: bool) -> None:
 
 def _read_dict_objects(path: str, oids: list[bytes], out: mp.Queue) -> None:
     with LmdbStore(path, readonly=True) as store:
-        out.put([store.get(codec.ObjectId(o)) for o in oids])
+        out.put([store.get(ids.ObjectId(o)) for o in oids])
 
 
 def _hold_reader_and_die(path: str, ready: Connection) -> None:

@@ -8,13 +8,11 @@ from typing import Any
 
 import pytest
 
-from ctxstore.agent import Agent
-from ctxstore.errors import InvalidInput, ModelError
-from ctxstore.history import MessageHistory
-from ctxstore.models import anthropic_model
-from ctxstore.offline import OfflineModel
-from ctxstore.signals import Signal, abortable, signal_history_strategy
-from ctxstore.strategies import (
+from ctxstore.agents.loop import Agent
+from ctxstore.agents.models import anthropic_model
+from ctxstore.agents.offline import OfflineModel
+from ctxstore.agents.signals import Signal, abortable, signal_history_strategy
+from ctxstore.agents.strategies import (
     HistoryAppendContext,
     HistoryReadContext,
     HistoryStrategy,
@@ -24,6 +22,8 @@ from ctxstore.strategies import (
     selective_summary_history_strategy,
     summarizing_history_strategy,
 )
+from ctxstore.errors import InvalidInput, ModelError
+from ctxstore.history.message_history import MessageHistory
 
 
 def run(coro: Any) -> Any:

@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxstore.offline import OfflineModel
-from ctxstore.strategies import (
+from ctxstore.agents.offline import OfflineModel
+from ctxstore.agents.strategies import (
     HistoryAppendContext,
     HistoryReadContext,
     selective_summary_history_strategy,

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from ctxstore import sync
+from ctxstore import Repository, sync
 from ctxstore.errors import NonFastForward, UnknownRef
-from ctxstore.repo import Repository
 from ctxstore.sync.transport import LocalTransport, StdioTransport, ssh_command
 
 SERVE = [sys.executable, "-m", "ctxstore.cli", "serve", "--stdio"]
@@ -124,8 +123,8 @@ def test_divergent_push_is_refused_and_server_unchanged(hub, mine):
 
 def test_server_refuses_non_fast_forward_even_from_a_lying_client(hub, mine):
     """The server checks ancestry itself: a client claiming ff for a divergent head is refused."""
-    from ctxstore.codec import from_hex
-    from ctxstore.packwalk import pack
+    from ctxstore.ids import from_hex
+    from ctxstore.pack.plan import pack
     from ctxstore.sync.protocol import RefUpdate
 
     hub.append("main", [{"role": "user", "content": "theirs"}])

@@ -6,15 +6,17 @@ from pathlib import Path
 
 import pytest
 
+from ctxstore import Repository
+from ctxstore.cli import cli
+from ctxstore.cli._invoke import invoker
+from ctxstore.cli.tour import STEPS, Skip, Step, TourContext, run_tour
 from ctxstore.errors import CtxStoreError
-from ctxstore.repo import Repository
-from ctxstore.tour import STEPS, Skip, Step, TourContext, run_tour
 
 
 def test_tour_runs_every_step_and_keeps_the_repository(tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     lines: list[str] = []
-    skipped = run_tour(lines.append, directory=tmp_path / "t")
+    skipped = run_tour(lines.append, command=invoker(cli), directory=tmp_path / "t")
     text = "\n".join(lines)
     assert capsys.readouterr().out == ""  # the tour never prints by itself
     for number, step in enumerate(STEPS, 1):
@@ -31,7 +33,7 @@ def test_tour_runs_every_step_and_keeps_the_repository(tmp_path: Path,
 
 def test_tour_in_a_temporary_directory_leaves_nothing(tmp_path: Path) -> None:
     lines: list[str] = []
-    run_tour(lines.append, steps=STEPS[2:4])
+    run_tour(lines.append, command=invoker(cli), steps=STEPS[2:4])
     where = next(line for line in lines if "Working in" in line).split("Working in ")[1].rstrip(".")
     assert not Path(where).exists()
 
@@ -39,7 +41,7 @@ def test_tour_in_a_temporary_directory_leaves_nothing(tmp_path: Path) -> None:
 def test_tour_refuses_a_directory_that_already_has_a_repository(tmp_path: Path) -> None:
     Repository.init(tmp_path / ".ctxstore").close()
     with pytest.raises(FileExistsError):
-        run_tour(lambda _line: None, directory=tmp_path)
+        run_tour(lambda _line: None, command=invoker(cli), directory=tmp_path)
 
 
 def test_a_step_that_skips_does_not_stop_the_tour(tmp_path: Path) -> None:
@@ -49,11 +51,11 @@ def test_a_step_that_skips_does_not_stop_the_tour(tmp_path: Path) -> None:
     ran: list[str] = []
     steps = [Step("Missing part", missing), Step("Next", lambda t: ran.append(str(t.directory)))]
     lines: list[str] = []
-    assert run_tour(lines.append, steps=steps) == ["Missing part"]
+    assert run_tour(lines.append, command=invoker(cli), steps=steps) == ["Missing part"]
     assert ran and "    (skipped: not here)" in lines
 
 
 def test_a_failing_command_raises_a_ctxstore_error(tmp_path: Path) -> None:
     steps = [Step("Bad", lambda t: t.run("render", "no-such-ref"))]
     with pytest.raises(CtxStoreError, match="exited 3"):
-        run_tour(lambda _line: None, steps=steps, directory=tmp_path)
+        run_tour(lambda _line: None, command=invoker(cli), steps=steps, directory=tmp_path)

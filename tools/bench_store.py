@@ -27,8 +27,8 @@ import lmdb
 import zstandard
 from benchdoc import message, write_section
 
-from ctxstore.repo import Repository
-from ctxstore.transfer import import_messages
+from ctxstore import Repository
+from ctxstore.interop.formats import import_messages
 
 TITLE = "Store and repository"
 COMMITS = 300

@@ -37,11 +37,12 @@ sys.path.insert(0, str(ROOT / "tools"))
 from benchdoc import message as chat_message  # noqa: E402
 from benchdoc import write_section  # noqa: E402
 
-from ctxstore import codec, sync  # noqa: E402
-from ctxstore.codec import from_hex  # noqa: E402
-from ctxstore.packwalk import pack, unpack  # noqa: E402
-from ctxstore.repo import Repository  # noqa: E402
-from ctxstore.sync.http import HttpTransport  # noqa: E402
+from ctxstore import Repository, sync
+from ctxstore.format import codec
+from ctxstore.ids import from_hex
+from ctxstore.pack.plan import pack
+from ctxstore.repo.receive import unpack
+from ctxstore.sync.http import HttpTransport
 
 TOKEN = "bench-token-" + "x" * 20
 

@@ -7,7 +7,6 @@ are one line on stderr with a documented exit code (`EXIT_CODES`).
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -15,48 +14,19 @@ from typing import Any
 
 import click
 
+from ._agent import AGENT_COMMANDS
 from ._common import ENV_REPO, EXIT_CODES, EXIT_NOT_FOUND, Context, Failure, environment_repo, fail
 from ._history import append, diff, log, render, show
 from ._refs import branch, fork, reflog, refs
 from ._repo import export, fsck, gc, import_, init, stats, tour
+from ._sync import SYNC_COMMANDS
 
 __all__ = ["EXIT_CODES", "cli", "main"]
-
-# Modules of this layer that add commands (sync, agents) and import our helpers: loaded on first use,
-# so importing either of them first does not meet a half-initialised package.
-_EXTENSIONS = (("ctxstore.cli_sync", "SYNC_COMMANDS"), ("ctxstore.cli_agent", "AGENT_COMMANDS"))
-
-
-class _Group(click.Group):
-    """The main group: its own commands plus those of the extension modules, added when first listed."""
-
-    _extended = False
-
-    def _extend(self) -> None:
-        if self._extended:
-            return
-        self._extended = True
-        for module_name, attribute in _EXTENSIONS:
-            try:
-                module = importlib.import_module(module_name)
-            except ImportError:
-                continue  # that part is not in this installation
-            for command in getattr(module, attribute, ()):
-                self.add_command(command)
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        self._extend()
-        return super().list_commands(ctx)
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        self._extend()
-        return super().get_command(ctx, cmd_name)
-
 
 _EPILOG = "\b\nExit codes:\n" + "\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog=_EPILOG)
 @click.option("-C", "directory", metavar="DIR", type=click.Path(file_okay=False),
               help="Run as if ctxstore was started in DIR.")
@@ -86,8 +56,10 @@ def cli(ctx: click.Context, directory: str | None, repo_path: str | None, quiet:
     ctx.call_on_close(state.close)
 
 
+# Every command is registered here, statically: a command module that fails to import fails `ctxstore`
+# at start, loudly, instead of its commands quietly vanishing.
 for _command in (init, append, log, show, render, branch, fork, refs, reflog, diff, import_, export,
-                 fsck, gc, stats, tour):
+                 fsck, gc, stats, tour, *SYNC_COMMANDS, *AGENT_COMMANDS):
     cli.add_command(_command)
 
 

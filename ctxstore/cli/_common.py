@@ -13,7 +13,6 @@ from typing import Any, NoReturn
 
 import click
 
-from ..codec import OID_SIZE, to_hex
 from ..errors import (
     BadPack,
     CtxStoreError,
@@ -26,6 +25,7 @@ from ..errors import (
     UnknownRef,
     UnknownRevision,
 )
+from ..ids import OID_SIZE, to_hex
 
 __all__ = [
     "DIRNAME",
@@ -196,7 +196,7 @@ class Context:
     def repo(self) -> Any:
         """The open repository (opened on first use, closed when the command ends)."""
         if self._repo is None:
-            from ..repo import Repository
+            from ..repo.repository import Repository
 
             path = self.location()
             if not path.is_dir():

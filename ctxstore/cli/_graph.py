@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..codec import json_fields
+from ..report import json_fields
 
 __all__ = ["LogRevision", "collect", "draw", "operation_summary"]
 

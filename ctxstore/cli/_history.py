@@ -9,9 +9,9 @@ from typing import Any
 
 import click
 
-from ..codec import from_hex
 from ..errors import UnknownRevision
-from ..objects import Entry, Revision, parse_object
+from ..format.objects import Entry, Revision, parse_object
+from ..ids import from_hex
 from ._common import EXIT_NOT_FOUND, EXIT_USAGE, Context, emit, fail, reporting
 from ._graph import collect, draw
 from ._resolve import existing_history, load_revision, match_ref, object_ids_with_prefix

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..codec import to_hex
+from ..ids import to_hex
 from ._common import EXIT_EXISTS, EXIT_USAGE, Context, emit, fail, reporting
 from ._resolve import match_ref
 

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 import click
 
 from ..errors import CtxStoreError
-from ..history import MessageHistory
+from ..history.message_history import MessageHistory
 from ._common import (
     DIRNAME,
     EXIT_CORRUPT,
@@ -43,7 +43,7 @@ def init(state: Context, directory: str | None) -> None:
     With --repo PATH (or CTXSTORE_DIR), the repository is created at PATH itself.
     Prints {"repository": path}.
     """
-    from ..repo import Repository
+    from ..repo.repository import Repository
 
     if state.repo_path and directory:
         fail("give either DIRECTORY or --repo, not both", EXIT_USAGE)
@@ -246,11 +246,12 @@ def stats(state: Context) -> None:
 @click.pass_obj
 def tour(state: Context, keep: str | None) -> None:
     """A short guided run of ctxstore on a temporary repository: it prints what it does."""
-    from ..tour import run_tour
     from ._invoke import invoker
+    from .tour import run_tour
 
+    root = click.get_current_context().find_root().command
     try:
-        run_tour(click.echo, command=invoker(), directory=Path(keep) if keep else None)
+        run_tour(click.echo, command=invoker(root), directory=Path(keep) if keep else None)
     except CtxStoreError as error:
         fail(f"the tour failed: {error}", 1)
     except FileExistsError as error:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..codec import from_hex, to_hex
 from ..errors import InvalidRefName
-from ..history import MessageHistory
+from ..history.message_history import MessageHistory
+from ..ids import from_hex, to_hex
 from ..refs import ref_candidates
 from ._graph import LogRevision
 

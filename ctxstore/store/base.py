@@ -20,8 +20,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..codec import OID_SIZE, ObjectId, to_hex
 from ..errors import InvalidInput, MissingObject, StoreError
+from ..ids import OID_SIZE, ObjectId, to_hex
 
 __all__ = [
     "MAX_KEY_BYTES",

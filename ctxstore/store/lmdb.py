@@ -33,12 +33,12 @@ from dataclasses import dataclass
 import lmdb
 import zstandard
 
-from .. import codec
-from ..codec import ObjectId, to_hex
-from ..codec import now_ms as _now_ms
 from ..errors import EncodingError, MissingObject, NotARepository, StoreError
-from ._values import HEAD_SIZE, KEY_SIZE, TIME_SIZE, canonical_size, stored_value
+from ..format import codec
+from ..format.codec import now_ms as _now_ms
+from ..ids import ObjectId, to_hex
 from .base import BatchWrites, StoreStats, Transaction, WriteSet, check_oid
+from .records import HEAD_SIZE, KEY_SIZE, TIME_SIZE, canonical_size, stored_value
 
 __all__ = ["DEFAULT_MAP_SIZE", "LmdbStore"]
 

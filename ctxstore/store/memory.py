@@ -6,9 +6,9 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from ..codec import ObjectId, to_hex
-from ..codec import now_ms as _now_ms
 from ..errors import MissingObject, StoreError
+from ..format.codec import now_ms as _now_ms
+from ..ids import ObjectId, to_hex
 from .base import BatchWrites, StoreStats, Transaction, WriteSet, check_oid
 
 __all__ = ["MemoryStore"]

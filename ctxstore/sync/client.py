@@ -15,15 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..codec import ObjectId, from_hex, json_fields, to_hex
-from ..codec import hex_or_none as _hex
-from ..codec import short_hex as _short
 from ..errors import InvalidInput, NonFastForward, RemoteError, UnknownRef
-from ..history import MessageHistory
-from ..pack import PackSource
-from ..packwalk import UnpackResult, is_ancestor, pack, unpack
+from ..history.message_history import MessageHistory
+from ..ids import ObjectId, from_hex, to_hex
+from ..ids import hex_or_none as _hex
+from ..ids import short_hex as _short
+from ..pack.plan import is_ancestor, pack
+from ..pack.stream import PackSource
 from ..refs import ANY, HEADS, REMOTES, TAGS, Refs
-from ..repo import Repository
+from ..repo.receive import UnpackResult, unpack
+from ..repo.repository import Repository
+from ..report import json_fields
 from .protocol import RefUpdate
 from .transport import Transport, open_transport
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx2
 
-from ..codec import ObjectId
 from ..errors import AuthError, RemoteError, SyncError
+from ..ids import ObjectId
 from .protocol import Advertisement, RefUpdate, decode_error, encode_frame, read_frame
 from .transport import Receive, T
 

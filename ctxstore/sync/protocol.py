@@ -14,8 +14,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal
 
-from .. import codec
-from ..codec import OID_SIZE, ObjectId, to_hex
 from ..errors import (
     AuthError,
     BadPack,
@@ -29,11 +27,14 @@ from ..errors import (
     SyncError,
     UnknownRef,
 )
-from ..pack import VERSION as PACK_VERSION
-from ..pack import VERSIONS as PACK_VERSIONS
-from ..pack import PackSource
-from ..packwalk import PackPlan, UnpackResult, is_ancestor, pack_objects, plan_pack, unpack
+from ..format import codec
+from ..ids import OID_SIZE, ObjectId, to_hex
+from ..pack.plan import PackPlan, is_ancestor, pack_objects, plan_pack
+from ..pack.stream import VERSION as PACK_VERSION
+from ..pack.stream import VERSIONS as PACK_VERSIONS
+from ..pack.stream import PackSource
 from ..refs import ANY, HEADS, TAGS, check_ref_name
+from ..repo.receive import UnpackResult, unpack
 from ..store.base import TransactionalStore
 
 __all__ = [

@@ -40,7 +40,7 @@ from ..errors import (
     NotARepository,
     RefError,
 )
-from ..repo import Repository
+from ..repo.repository import Repository
 from .http import CONTENT_TYPE
 from .protocol import MAX_FRAME, Service, encode_error, encode_frame, read_frame
 

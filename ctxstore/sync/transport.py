@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from ..codec import ObjectId
 from ..errors import InvalidInput, RemoteError, SyncError
-from ..pack import PackSource
-from ..repo import Repository
+from ..ids import ObjectId
+from ..pack.stream import PackSource
+from ..repo.repository import Repository
 from .protocol import Advertisement, RefUpdate, Service, decode_error, encode_frame, read_frame
 
 __all__ = ["LocalTransport", "StdioTransport", "Transport", "open_transport", "ssh_command"]

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import CtxStoreError
-from .history import MessageHistory
+from ..errors import CtxStoreError
+from ..history.message_history import MessageHistory
 
 __all__ = ["STEPS", "Skip", "Step", "TourContext", "run_tour"]
 
@@ -136,7 +136,7 @@ def _snapshot(t: TourContext) -> None:
 
 # -- a repository ----------------------------------------------------------------------------------
 def _repository(t: TourContext) -> None:
-    from .repo import Repository
+    from ..repo.repository import Repository
 
     t.say(f"A repository keeps conversations on disk (LMDB), named by refs. Working in {t.directory}.")
     t.say("Every command below runs in that directory, as `cd DIR && ctxstore ...` would.")
@@ -182,10 +182,10 @@ def _stats(t: TourContext) -> None:
 # -- agents (hooks for the policy layer) -----------------------------------------------------------
 def _agent(t: TourContext) -> None:
     try:
-        from .agent import Agent
-        from .offline import OfflineModel
-        from .repo import Repository
-        from .strategies import append_only_history_strategy
+        from ..agents.loop import Agent
+        from ..agents.offline import OfflineModel
+        from ..agents.strategies import append_only_history_strategy
+        from ..repo.repository import Repository
     except ImportError as error:
         raise Skip(f"the agent layer is not installed ({error})") from None
 
@@ -211,9 +211,9 @@ def _agent(t: TourContext) -> None:
 
 def _compaction(t: TourContext) -> None:
     try:
-        from .offline import OfflineModel
-        from .repo import Repository
-        from .strategies import HistoryReadContext, summarizing_history_strategy
+        from ..agents.offline import OfflineModel
+        from ..agents.strategies import HistoryReadContext, summarizing_history_strategy
+        from ..repo.repository import Repository
     except ImportError as error:
         raise Skip(f"the strategies are not installed ({error})") from None
 
@@ -244,8 +244,8 @@ def _sync(t: TourContext) -> None:
     import subprocess
     import sys
 
-    from . import sync
-    from .repo import Repository
+    from .. import sync
+    from ..repo.repository import Repository
 
     hub_dir = t.directory / "hub"
     Repository.init(hub_dir / "team" / "support").close()
@@ -308,17 +308,13 @@ STEPS: list[Step] = [
 """The tour's steps, in order; later parts of ctxstore add or fill in steps here."""
 
 
-def run_tour(say: Say, *, command: Command | None = None, directory: Path | None = None,
+def run_tour(say: Say, *, command: Command, directory: Path | None = None,
              steps: Sequence[Step] | None = None) -> list[str]:
     """Run the tour, printing through `say`; returns the titles of the steps that were skipped.
 
-    `command(args)` runs `ctxstore ARGS` and returns its stdout (default: the CLI, in-process).
+    `command(args)` runs `ctxstore ARGS` and returns its stdout (`ctxstore.cli._invoke.invoker(cli)`).
     `directory` keeps the repository there (it must not hold one yet); default: a temporary directory.
     """
-    if command is None:
-        from .cli._invoke import invoker
-
-        command = invoker()
     chosen = STEPS if steps is None else list(steps)
     skipped: list[str] = []
     with tempfile.TemporaryDirectory(prefix="ctxstore-tour-") as scratch:

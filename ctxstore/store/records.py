@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zstandard
 
-from .. import codec
+from ..format import codec
 
 __all__ = ["HEAD_SIZE", "KEY_SIZE", "TIME_SIZE", "canonical_size", "stored_value"]
 

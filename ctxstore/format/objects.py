@@ -13,8 +13,9 @@ from typing import Any
 
 import cbor2
 
-from .codec import OID_SIZE, ObjectId, decode, encode, object_id
-from .errors import InvalidObject
+from ..errors import InvalidObject
+from ..ids import OID_SIZE, ObjectId, object_id
+from .codec import decode, encode
 
 __all__ = [
     "BLOB_THRESHOLD",

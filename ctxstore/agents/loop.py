@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
-from .budget import PRICING, Pricing, cost_of
-from .errors import InvalidInput
+from ..errors import InvalidInput
+from ..history.budget import PRICING, Pricing, cost_of
 from .models import GenerateResult, Model, Usage
 from .signals import AbortSignal
 from .strategies import (

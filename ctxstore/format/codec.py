@@ -1,4 +1,4 @@
-"""Canonical CBOR, blake3 object ids and the compression framing of stored values.
+"""Canonical CBOR and the compression framing of stored values.
 
 The encoding is RFC 8949 core deterministic CBOR with the DAG-CBOR restrictions: maps have text keys
 only, sorted by their encoded bytes (shorter first, then bytewise); integers and lengths in their
@@ -9,41 +9,27 @@ would not re-encode to themselves, so every value has exactly one encoding and o
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, NewType
+from typing import Any
 
-import blake3
 import cbor2
 import zstandard
 
-from .errors import EncodingError, InvalidInput
+from ..errors import EncodingError
 
 __all__ = [
     "MAX_DEPTH",
     "MAX_OBJECT_SIZE",
-    "OID_SIZE",
-    "ObjectId",
     "compress",
     "decode",
     "decompress",
     "encode",
-    "from_hex",
-    "hex_or_none",
-    "json_fields",
     "now_ms",
-    "object_id",
-    "short_hex",
-    "to_hex",
 ]
 
-ObjectId = NewType("ObjectId", bytes)
-"""A raw 32-byte blake3-256 digest of an object's canonical bytes."""
-
-OID_SIZE = 32
 MAX_DEPTH = 200
 """Deepest nesting of arrays and maps a value may have."""
 MAX_OBJECT_SIZE = 64 * 1024 * 1024
@@ -53,59 +39,9 @@ _INT_MIN = -(2**64)
 _INT_MAX = 2**64 - 1
 
 
-def object_id(data: bytes) -> ObjectId:
-    """The object id of canonical bytes: their blake3-256 digest."""
-    return ObjectId(blake3.blake3(data).digest())
-
-
-def to_hex(oid: bytes) -> str:
-    """The public, hex spelling of an object id."""
-    return oid.hex()
-
-
-def hex_or_none(oid: bytes | None) -> str | None:
-    """`to_hex`, passing None through (an unborn or deleted ref)."""
-    return None if oid is None else oid.hex()
-
-
-def short_hex(oid: bytes | None) -> str:
-    """The 12-digit prefix people see in messages, or "nothing" for no object."""
-    return "nothing" if oid is None else oid.hex()[:12]
-
-
-def json_fields(report: Any, *, before: tuple[str, ...] = (), after: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A report dataclass as JSON-ready data: its fields under camelCase names (the spelling of every JSON
-    document ctxstore writes), with the attributes named in `before` and `after` (properties) around them.
-
-    Lists and maps are copied, so the data does not alias the report; a value with its own `to_dict`
-    (a nested report) is given as that.
-    """
-    out: dict[str, Any] = {}
-    for name in (*before, *(f.name for f in dataclasses.fields(report)), *after):
-        value = getattr(report, name)
-        if hasattr(value, "to_dict"):
-            value = value.to_dict()
-        elif isinstance(value, list | dict):
-            value = type(value)(value)
-        head, *rest = name.split("_")
-        out[head + "".join(part.title() for part in rest)] = value
-    return out
-
-
 def now_ms() -> int:
     """Milliseconds since the epoch: the clock of revisions, reflogs and object write times."""
     return time.time_ns() // 1_000_000
-
-
-def from_hex(text: str) -> ObjectId:
-    """Parse the hex spelling of an object id."""
-    if not isinstance(text, str) or len(text) != 2 * OID_SIZE:
-        raise InvalidInput(f"not an object id: {text!r} (expected {2 * OID_SIZE} hex digits)")
-    try:
-        raw = bytes.fromhex(text)
-    except ValueError:
-        raise InvalidInput(f"not an object id: {text!r} (expected {2 * OID_SIZE} hex digits)") from None
-    return ObjectId(raw)
 
 
 def _check(value: Any, depth: int, path: str) -> None:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
-from .codec import json_fields
-from .errors import CtxStoreError, InvalidInput, NonFastForward, StoreError
-from .history import MessageHistory
-from .repo import Repository
+from ..errors import CtxStoreError, InvalidInput, NonFastForward, StoreError
+from ..history.message_history import MessageHistory
+from ..repo.repository import Repository
+from ..report import json_fields
 
 __all__ = [
     "EXPORT_FORMATS",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .codec import json_fields
-from .errors import InvalidInput
-from .store.base import TransactionalStore
+from ..errors import InvalidInput
+from ..report import json_fields
+from ..store.base import TransactionalStore
 
 __all__ = ["Config", "FsckReport", "GcReport", "RepoStats", "RevisionDiff"]
 

@@ -1,7 +1,7 @@
 """The sync commands of the CLI: serve, fetch, pull, push, clone and remote add/list/remove.
 
 `SYNC_COMMANDS` is what the main group registers (``cli.add_command`` for each). Run alone,
-``python -m ctxstore.cli_sync ...`` is a small group with the same ``--repo`` and ``-C`` options.
+``python -m ctxstore.cli._sync ...`` is a small group with the same ``--repo`` and ``-C`` options.
 Tokens for HTTP remotes come from ``--token`` or ``CTXSTORE_TOKEN``.
 """
 
@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from .cli._common import (
+from ._common import (
     DIRNAME,
     EXIT_NOT_FOUND,
     EXIT_USAGE,
@@ -90,7 +90,7 @@ def serve(path: str | None, stdio: bool, http: str | None, tokens_file: str | No
     if stdio:
         _serve_stdio(root)
         return
-    from .sync.server import DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT, HubSettings, load_tokens, serve_http
+    from ..sync.server import DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT, HubSettings, load_tokens, serve_http
 
     if bool(certfile) != bool(keyfile):
         fail("TLS needs both --certfile and --keyfile", EXIT_USAGE)
@@ -113,8 +113,8 @@ def serve(path: str | None, stdio: bool, http: str | None, tokens_file: str | No
 
 
 def _serve_stdio(root: Path) -> None:
-    from .repo import Repository
-    from .sync.protocol import Service, serve_stream
+    from ..repo.repository import Repository
+    from ..sync.protocol import Service, serve_stream
 
     with reporting():
         repo = Repository.open(root)
@@ -131,7 +131,7 @@ def _serve_stdio(root: Path) -> None:
 @_token_option
 def fetch(remote: str, token: str | None) -> None:
     """Bring REMOTE's heads into refs/remotes/REMOTE/* and its new tags into refs/tags/ (only what is new moves)."""
-    from .sync import fetch as do_fetch
+    from ..sync import fetch as do_fetch
 
     state = current_context()
     with reporting():
@@ -147,7 +147,7 @@ def fetch(remote: str, token: str | None) -> None:
 @_token_option
 def pull(remote: str, ref: str, rebase: bool, token: str | None) -> None:
     """Fetch REMOTE, then fast-forward (or with --rebase, rebase) local REF onto it."""
-    from .sync import pull as do_pull
+    from ..sync import pull as do_pull
 
     state = current_context()
     with reporting():
@@ -165,7 +165,7 @@ def pull(remote: str, ref: str, rebase: bool, token: str | None) -> None:
 @_token_option
 def push(remote: str, refs: tuple[str, ...], force: bool, leases: tuple[str, ...], token: str | None) -> None:
     """Move REMOTE's REFS (default: every local head) to ours; fast-forward only unless forced."""
-    from .sync import push as do_push
+    from ..sync import push as do_push
 
     state = current_context()
     repo = state.repo()
@@ -192,7 +192,7 @@ def push(remote: str, refs: tuple[str, ...], force: bool, leases: tuple[str, ...
 @_token_option
 def clone(url: str, directory: str | None, token: str | None) -> None:
     """Copy the repository at URL into DIRECTORY/.ctxstore, with remote origin and every head."""
-    from .sync import clone as do_clone
+    from ..sync import clone as do_clone
 
     if directory is None:
         tail = urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1] or "clone"

@@ -1,45 +1,37 @@
-"""What one repository must send another, and receiving it: the object walk behind packs.
+"""What one repository must send another: the object walk behind packs.
 
 `objects_to_send` finds every object reachable from the *want* revisions and not from the *have*
 revisions while reading only what changed: revision chains are walked back until they meet the have
 side, and each revision's sequence tree is diffed against its parent's, so equal subtrees are skipped
 and an append costs its entry and its revision (which holds the tree's spine), plus a node when it
-closes a chunk. `pack` streams those objects as a pack (`ctxstore.pack`), and
-`unpack` verifies a whole pack before writing its objects and moving refs in one store transaction.
+closes a chunk. `pack` streams those objects as a pack (`ctxstore.pack.stream`). Receiving a pack is
+the repository's (`ctxstore.repo.receive`): this layer writes nothing into a store.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from . import seq
-from ._packform import rebuild_tree
-from .codec import MAX_OBJECT_SIZE, ObjectId, to_hex
-from .errors import BadPack, InvalidInput, InvalidObject, MissingObject
-from .objects import Entry, Object, Revision, SeqNode, parse_object, revision_header
-from .pack import DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOTAL_SIZE, PackSource, missing_references, verify_pack
-from .pack import write_pack as _write_pack
-from .refs import apply_updates
-from .store.base import ObjectSource, TransactionalStore
+from ..errors import InvalidInput, InvalidObject, MissingObject
+from ..format import seq
+from ..format.objects import Entry, Object, Revision, SeqNode, parse_object, revision_header
+from ..ids import ObjectId, to_hex
+from ..store.base import ObjectSource
+from .records import rebuild_tree
+from .stream import write_pack as _write_pack
 
 __all__ = [
     "PackPlan",
-    "RefUpdates",
-    "UnpackResult",
     "is_ancestor",
     "objects_to_send",
     "pack",
     "pack_objects",
     "plan_pack",
     "revisions_to_send",
-    "unpack",
 ]
-
-RefUpdates = Mapping[str, tuple[ObjectId | Any | None, ObjectId | None]]
-"""Ref moves that come with a pack: ``full name: (old, new)``, compare-and-swap as in `refs.apply_updates`."""
 
 _WANT = 1
 _HAVE = 2
@@ -336,50 +328,3 @@ def is_ancestor(source: ObjectSource, ancestor: ObjectId, descendant: ObjectId) 
             return True
         cur = reader.header(cur)[0]
     return False
-
-
-@dataclass(frozen=True)
-class UnpackResult:
-    """What an `unpack` did: objects received and new to the store, and the refs it moved."""
-
-    objects: int
-    new_objects: int
-    refs: dict[str, ObjectId | None] = field(default_factory=dict)
-
-
-def unpack(store: TransactionalStore, stream: PackSource, ref_updates: RefUpdates | None = None, *,
-           message: str = "unpack", check: Callable[[Any], None] | None = None,
-           max_object_size: int = MAX_OBJECT_SIZE, max_total_size: int = DEFAULT_MAX_TOTAL_SIZE,
-           max_objects: int = DEFAULT_MAX_OBJECTS) -> UnpackResult:
-    """Receive a pack: verify all of it, then write its objects and move refs in one transaction.
-
-    The whole pack is read and checked first (format, limits, every object re-hashed and re-parsed, the
-    trailer), staged aside, never visible. Then, inside one write transaction: everything the pack's
-    objects and the new ref targets reach must be in the pack or the store, each new ref target must be a
-    revision, `check(txn)` (if given) may veto, and `ref_updates` are applied as compare-and-swaps
-    (``full name: (old, new)``; `refs.ANY` as old skips the check). A bad pack raises `BadPack`, a moved
-    ref `NonFastForward`; either way the store is exactly as it was.
-    """
-    updates = dict(ref_updates or {})
-    staged = verify_pack(stream, max_object_size=max_object_size, max_total_size=max_total_size,
-                         max_objects=max_objects, base=store)
-    with staged:
-        targets = [new for _, new in updates.values() if new is not None]
-        with store.transaction(write=True) as txn:
-            missing = missing_references(staged.links, [*staged.ids, *targets], txn)
-            if missing:
-                some = ", ".join(sorted(to_hex(m)[:12] for m in missing)[:5])
-                raise BadPack(f"bad pack: it leaves {len(missing)} referenced object(s) missing ({some}); "
-                              "the sender must include everything the new revisions reach; fetch again")
-            new = txn.put_objects(staged)
-            for name, new_oid in ((n, t) for n, (_, t) in updates.items() if t is not None):
-                obj = parse_object(txn.get(new_oid), trusted=True)
-                if not isinstance(obj, Revision):
-                    raise BadPack(f"bad pack: ref {name} would point at {to_hex(new_oid)[:12]}, a "
-                                  f"{type(obj).__name__.lower()}, not a revision")
-            if check is not None:
-                check(txn)
-            if updates:
-                apply_updates(txn, updates, message=message)
-        return UnpackResult(len(staged), new, {n: t for n, (_, t) in updates.items()})
-

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from ._workspace import new_entry_id
-from .codec import ObjectId, encode
-from .errors import EncodingError, InvalidInput
-from .objects import BLOB_THRESHOLD, ENTRY_KINDS, PATCH_OPS, Blob, Entry, Object, encode_object
+from ..errors import EncodingError, InvalidInput
+from ..format.codec import encode
+from ..format.objects import BLOB_THRESHOLD, ENTRY_KINDS, PATCH_OPS, Blob, Entry, Object, encode_object
+from ..ids import ObjectId
+from .workspace import new_entry_id
 
 __all__ = [
     "Encoded",

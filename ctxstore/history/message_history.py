@@ -11,14 +11,15 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import seq
-from ._intake import check_patch, expand_message, intake_entry, plain_copy, stored_patch
-from ._workspace import Workspace
+from ..errors import DuplicateEntryId, InvalidInput, InvalidObject, MissingObject, UnknownRevision
+from ..format import seq
+from ..format.codec import now_ms
+from ..format.objects import Revision
+from ..ids import ObjectId, from_hex, to_hex
+from ..store.base import ObjectSource
 from .budget import estimate_tokens
-from .codec import ObjectId, from_hex, now_ms, to_hex
-from .errors import DuplicateEntryId, InvalidInput, InvalidObject, MissingObject, UnknownRevision
-from .objects import Revision
-from .store.base import ObjectSource
+from .intake import check_patch, expand_message, intake_entry, plain_copy, stored_patch
+from .workspace import Workspace
 
 __all__ = ["MessageHistory", "MessageHistoryEntry"]
 
@@ -377,7 +378,7 @@ class MessageHistory:
     # -- snapshots and deltas ------------------------------------------------------------------
     def to_snapshot(self) -> dict[str, Any]:
         """The whole graph this history knows: `{entries, revisions, head}`, JSON-ready."""
-        from ._snapshot import snapshot_of
+        from .snapshot import snapshot_of
 
         return snapshot_of(self, self._all_revisions())
 
@@ -393,13 +394,13 @@ class MessageHistory:
         With no base, the whole lineage. A base that is not an ancestor gives what the head reaches
         and the base does not. An unknown base raises `UnknownRevision`.
         """
-        from ._snapshot import delta_of
+        from .snapshot import delta_of
 
         return delta_of(self, base)
 
     def apply_changes(self, delta: Mapping[str, Any], *, _fresh: bool = False) -> MessageHistory:
         """Add a snapshot's or delta's entries and revisions to this history; returns its head."""
-        from ._snapshot import load_into
+        from .snapshot import load_into
 
         return load_into(self, delta, fresh=_fresh)
 

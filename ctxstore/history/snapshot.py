@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import seq
-from ._intake import check_patch, stored_patch
-from .codec import ObjectId, from_hex, to_hex
-from .errors import InvalidInput, InvalidObject, MissingObject, UnknownRevision
-from .objects import Revision
+from ..errors import InvalidInput, InvalidObject, MissingObject, UnknownRevision
+from ..format import seq
+from ..format.objects import Revision
+from ..ids import ObjectId, from_hex, to_hex
+from .intake import check_patch, stored_patch
 
 if TYPE_CHECKING:
-    from .history import MessageHistory
+    from .message_history import MessageHistory
 
 __all__ = ["delta_of", "load_into", "snapshot_of"]
 

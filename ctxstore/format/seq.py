@@ -22,7 +22,8 @@ from typing import Any
 
 import blake3
 
-from .codec import ObjectId, encode, object_id
+from ..ids import ObjectId, object_id
+from .codec import encode
 from .objects import SPINE_KEY, Object, Revision, SeqNode, encode_object
 
 __all__ = [

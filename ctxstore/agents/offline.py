@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .budget import estimate_tokens
-from .errors import InvalidInput
+from ..errors import InvalidInput
+from ..history.budget import estimate_tokens
 from .models import GenerateResult, Usage, message_text
 from .signals import AbortSignal, abortable
 

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
 
-from .errors import ModelError
+from ..errors import ModelError
 
 __all__ = ["AbortSignal", "Signal", "SignalHistory", "abortable", "signal_history_strategy"]
 

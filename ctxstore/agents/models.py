@@ -4,7 +4,7 @@ A model takes messages in the anthropic SDK's `MessageParam` shape (plain dicts)
 `GenerateResult` whose `message` is the assistant message as a plain dict, ready to append to a
 `MessageHistory`. This module is the only one that imports `anthropic`, and only when
 `anthropic_model` is called, so `import ctxstore` stays light. The deterministic offline model lives
-in `ctxstore.offline`.
+in `ctxstore.agents.offline`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from .errors import InvalidInput, ModelError
+from ..errors import InvalidInput, ModelError
 from .signals import AbortSignal, abortable
 
 __all__ = [

@@ -8,11 +8,12 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from .codec import ObjectId, now_ms, object_id, to_hex
-from .errors import InvalidObject, MissingObject
-from .objects import Entry, Object, Revision, SeqNode, encode_object, parse_object, revision_header
-from .seq import SpineBytes, encode_node, encode_revision
-from .store.base import ObjectSource
+from ..errors import InvalidObject, MissingObject
+from ..format.codec import now_ms
+from ..format.objects import Entry, Object, Revision, SeqNode, encode_object, parse_object, revision_header
+from ..format.seq import SpineBytes, encode_node, encode_revision
+from ..ids import ObjectId, object_id, to_hex
+from ..store.base import ObjectSource
 
 __all__ = ["Workspace", "new_entry_id"]
 

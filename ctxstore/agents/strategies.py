@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from .errors import InvalidInput, ModelError
-from .history import MessageHistory
+from ..errors import InvalidInput, ModelError
+from ..history.message_history import MessageHistory
 from .signals import AbortSignal, abortable
 
 __all__ = [

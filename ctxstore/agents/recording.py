@@ -24,10 +24,10 @@ from collections.abc import Mapping, Sequence
 from itertools import islice
 from typing import Any, Final
 
-from .codec import from_hex
-from .errors import InvalidInput, NonFastForward, StoreError
-from .history import MessageHistory
-from .repo import Repository
+from ..errors import InvalidInput, NonFastForward, StoreError
+from ..history.message_history import MessageHistory
+from ..ids import from_hex
+from ..repo.repository import Repository
 from .strategies import (
     HistoryAppendContext,
     HistoryReadContext,

@@ -18,10 +18,10 @@ from typing import Any
 
 import cbor2
 
-from . import seq
-from .codec import MAX_DEPTH, OID_SIZE, ObjectId, object_id, to_hex
-from .errors import BadPack, CtxStoreError, InvalidInput
-from .objects import (
+from ..errors import BadPack, CtxStoreError, InvalidInput
+from ..format import seq
+from ..format.codec import MAX_DEPTH
+from ..format.objects import (
     SPINE_KEY,
     Entry,
     Object,
@@ -32,6 +32,7 @@ from .objects import (
     from_value,
     parse_object,
 )
+from ..ids import OID_SIZE, ObjectId, object_id, to_hex
 
 __all__ = ["BACKREF_TAG", "DERIVED_TAG", "Lookup", "Rebuilder", "decode_record", "encode_record", "rebuild_tree"]
 

@@ -6,7 +6,7 @@ receiver hashes every object itself. Inside an object, a 32-byte object id that 
 of the same pack is sent as a short back-reference (CBOR tag 6 holding how many objects back it is), so the
 hashes that revisions and sequence nodes are mostly made of cost a byte or two on the wire; and an append
 revision can be sent *rebuildable*, without its sequence nodes, which the reader rebuilds from the
-parent's tree (`ctxstore._packform`). The byte layout is specified in ``docs/protocol.md``.
+parent's tree (`ctxstore.pack.records`). The byte layout is specified in ``docs/protocol.md``.
 
 Both directions stream: `write_pack` yields chunks and `read_pack` yields objects as they arrive, holding
 at most one object and one bounded decompression step in memory. Because the trailer comes last, what
@@ -25,12 +25,13 @@ import blake3
 import cbor2
 import zstandard
 
-from . import seq
-from ._packform import BACKREF_TAG, DERIVED_TAG, Lookup, Rebuilder, decode_record, encode_record
-from .codec import MAX_OBJECT_SIZE, ObjectId, object_id, to_hex
-from .errors import BadPack, CtxStoreError, InvalidInput, InvalidObject
-from .objects import Object, from_value, references
-from .store.base import ObjectSource
+from ..errors import BadPack, CtxStoreError, InvalidInput, InvalidObject
+from ..format import seq
+from ..format.codec import MAX_OBJECT_SIZE
+from ..format.objects import Object, from_value, references
+from ..ids import ObjectId, object_id, to_hex
+from ..store.base import ObjectSource
+from .records import BACKREF_TAG, DERIVED_TAG, Lookup, Rebuilder, decode_record, encode_record
 
 __all__ = [
     "BACKREF_TAG",

@@ -2,7 +2,7 @@
 
 The commands are in `AGENT_COMMANDS`, for the main group to add. They find the repository the way every
 other command does (`--repo`, `CTXSTORE_DIR`, or `.ctxstore` in the current directory or a parent).
-`python -m ctxstore.cli_agent [--repo PATH] chat|compact ...` runs them on their own.
+`python -m ctxstore.cli._agent [--repo PATH] chat|compact ...` runs them on their own.
 
 A model is Anthropic's API (`anthropic_model`, which needs `ANTHROPIC_API_KEY`) or, with `--offline`,
 the deterministic offline model: no key, no network.
@@ -18,20 +18,12 @@ from typing import Any, TextIO
 
 import click
 
-from .agent import DEFAULT_BUDGET_TOKENS, Agent, RunResult
-from .cli._common import (
-    EXIT_NOT_FOUND,
-    EXIT_USAGE,
-    current_context,
-    emit,
-    fail,
-    reporting,
-    say,
-)
-from .models import Model, anthropic_model
-from .offline import OfflineModel
-from .recording import RepositoryHistoryStrategy, repository_history_strategy
-from .strategies import HistoryReadContext, summarizing_history_strategy
+from ..agents.loop import DEFAULT_BUDGET_TOKENS, Agent, RunResult
+from ..agents.models import Model, anthropic_model
+from ..agents.offline import OfflineModel
+from ..agents.recording import RepositoryHistoryStrategy, repository_history_strategy
+from ..agents.strategies import HistoryReadContext, summarizing_history_strategy
+from ._common import EXIT_NOT_FOUND, EXIT_USAGE, current_context, emit, fail, reporting, say
 
 __all__ = ["AGENT_COMMANDS", "ENV_API_KEY", "EXIT_COMMAND", "chat", "compact"]
 

@@ -16,12 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from . import seq
-from ._repo_values import Config, FsckReport, GcReport, RepoStats, RevisionDiff
-from .codec import ObjectId, from_hex, object_id, to_hex
-from .codec import now_ms as _now_ms
-from .codec import short_hex as _short
-from .errors import (
+from ..errors import (
     CtxStoreError,
     InvalidInput,
     MissingObject,
@@ -32,11 +27,18 @@ from .errors import (
     UnknownRef,
     UnknownRevision,
 )
-from .history import MessageHistory
-from .objects import Entry, Object, Revision, SeqNode, parse_object, references, revision_header
-from .refs import ANY, HEADS, ReflogEntry, Refs, apply_updates, default_ref_name, ref_candidates
-from .store.base import Transaction, TransactionalStore
-from .store.memory import MemoryStore
+from ..format import seq
+from ..format.codec import now_ms as _now_ms
+from ..format.objects import Entry, Object, Revision, SeqNode, parse_object, references, revision_header
+from ..history.message_history import MessageHistory
+from ..ids import ObjectId, from_hex, object_id, to_hex
+from ..ids import short_hex as _short
+from ..pack import plan
+from ..refs import ANY, HEADS, ReflogEntry, Refs, apply_updates, default_ref_name, ref_candidates
+from ..store.base import Transaction, TransactionalStore
+from ..store.memory import MemoryStore
+from . import receive
+from .reports import Config, FsckReport, GcReport, RepoStats, RevisionDiff
 
 __all__ = [
     "FORMAT",
@@ -90,7 +92,7 @@ class Repository:
             raise RepositoryExists(f"a repository already exists at {root}; open it with Repository.open")
         if root.exists() and not root.is_dir():
             raise RepositoryExists(f"{root} exists and is not a directory; choose another path")
-        from .store.lmdb import LmdbStore
+        from ..store.lmdb import LmdbStore
 
         try:
             root.mkdir(parents=True, exist_ok=True)
@@ -134,7 +136,7 @@ class Repository:
         if text != FORMAT:
             raise NotARepository(f"{root} holds an unknown repository format {text.strip()!r}; "
                                  "use a ctxstore version that knows it")
-        from .store.lmdb import LmdbStore
+        from ..store.lmdb import LmdbStore
 
         return cls(LmdbStore(root / _DB_DIR, durable=durable, readonly=readonly, **store_options), path=root)
 
@@ -473,16 +475,14 @@ class Repository:
             return out
 
     # -- diff ----------------------------------------------------------------------------------------
-    # -- packs and sync: thin spellings of ctxstore.packwalk and ctxstore.sync ----------------------
+    # -- packs: what `ctxstore.sync` moves between repositories ----------------------------------------
     def _revisions(self, specs: Iterable[str] | str) -> list[ObjectId]:
         listed = [specs] if isinstance(specs, str) else list(specs)
         return [from_hex(self.resolve(spec)) for spec in listed]
 
     def pack(self, wants: Iterable[str] | str, haves: Iterable[str] | str = ()) -> Iterator[bytes]:
         """The pack of every object reachable from `wants` and not from `haves` (refs or revision ids)."""
-        from . import packwalk
-
-        return packwalk.pack(self.store, self._revisions(wants), self._revisions(haves))
+        return plan.pack(self.store, self._revisions(wants), self._revisions(haves))
 
     def changes_since(self, ref_or_revision: str, base: str | None = None) -> Iterator[bytes]:
         """What `ref_or_revision` adds to `base`, as a pack (the whole lineage when base is None)."""
@@ -490,36 +490,7 @@ class Repository:
 
     def unpack(self, stream: Any, ref_updates: Mapping[str, Any] | None = None) -> Any:
         """Receive a pack (a binary file object or an iterable of bytes chunks): all of it or nothing."""
-        from . import packwalk
-
-        return packwalk.unpack(self.store, stream, ref_updates)
-
-    def fetch(self, remote: str = "origin", **options: Any) -> Any:
-        """Fetch a remote's heads into refs/remotes/<remote>/ (see `ctxstore.sync.fetch`)."""
-        from . import sync
-
-        return sync.fetch(self, remote, **options)
-
-    def pull(self, remote: str = "origin", ref: str = "main", *, rebase: bool = False, **options: Any) -> Any:
-        """Fetch, then fast-forward `ref` (or with `rebase`, replay local revisions on top)."""
-        from . import sync
-
-        return sync.pull(self, remote, ref, rebase=rebase, **options)
-
-    def push(self, remote: str = "origin", refs: Iterable[str] | None = None, *, force: bool = False,
-             expect: Mapping[str, Any] | None = None, **options: Any) -> Any:
-        """Push refs, fast-forward only unless `force`; `expect` is a lease; all refs or none move."""
-        from . import sync
-
-        return sync.push(self, remote, None if refs is None else list(refs), force=force, expect=expect,
-                         **options)
-
-    @classmethod
-    def clone(cls, url: str, path: str | os.PathLike[str], **options: Any) -> Repository:
-        """Copy the repository at `url` into `path`, with remote origin and a local head per remote head."""
-        from . import sync
-
-        return sync.clone(url, path, **options)
+        return receive.unpack(self.store, stream, ref_updates)
 
     def diff(self, a: str, b: str) -> RevisionDiff:
         """Entries added, removed and moved from `a` to `b` (refs or revisions), skipping equal subtrees."""
