@@ -43,6 +43,7 @@ from .errors import (
 from .history.budget import PRICING, Pricing, cost_of, estimate_tokens, max_cost, max_tokens
 from .history.message_history import MessageHistory, MessageHistoryEntry
 from .repo.repository import Repository
+from .sync.client import clone, fetch, pull, push
 from .store import MemoryStore
 
 __version__ = "0.1.0"
@@ -90,11 +91,15 @@ __all__ = [
     "Usage",
     "anthropic_model",
     "append_only_history_strategy",
+    "clone",
     "cost_of",
     "estimate_tokens",
+    "fetch",
     "max_cost",
     "max_tokens",
     "offline_model",
+    "pull",
+    "push",
     "repository_history_strategy",
     "selective_summary_history_strategy",
     "signal_history_strategy",
