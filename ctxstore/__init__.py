@@ -3,8 +3,9 @@
 The public names are listed, with one line each, in docs/api.md.
 """
 
+from .agents.anthropic import AnthropicModel, anthropic_model
 from .agents.loop import Agent, RunResult, Tool, tool
-from .agents.models import AnthropicModel, GenerateResult, Model, Usage, anthropic_model
+from .agents.models import GenerateResult, Model, Usage
 from .agents.offline import OfflineModel, offline_model, tool_call
 from .agents.recording import repository_history_strategy
 from .agents.signals import Signal, signal_history_strategy
@@ -22,6 +23,7 @@ from .errors import (
     AuthError,
     BadPack,
     CtxStoreError,
+    DamagedData,
     DuplicateEntryId,
     EncodingError,
     InvalidInput,
@@ -32,6 +34,7 @@ from .errors import (
     NonFastForward,
     NotARepository,
     RefError,
+    RefMoved,
     RemoteError,
     RepositoryError,
     RepositoryExists,
@@ -39,12 +42,25 @@ from .errors import (
     SyncError,
     UnknownRef,
     UnknownRevision,
+    UnknownSetting,
 )
 from .history.budget import PRICING, Pricing, cost_of, estimate_tokens, max_cost, max_tokens
 from .history.message_history import MessageHistory, MessageHistoryEntry
-from .repo.repository import Repository
-from .sync.client import clone, fetch, pull, push
+from .ids import HexId
+from .interop import ImportResult
+from .repo import (
+    CommitResult,
+    FsckReport,
+    GcReport,
+    ReflogEntry,
+    Repository,
+    RepoStats,
+    RevisionDiff,
+    RevisionInfo,
+    UnpackResult,
+)
 from .store import MemoryStore
+from .sync.client import FetchResult, PullResult, PushResult, clone, fetch, pull, push
 
 __version__ = "0.1.0"
 
@@ -53,13 +69,20 @@ __all__ = [
     "AnthropicModel",
     "AuthError",
     "BadPack",
+    "CommitResult",
     "CtxStoreError",
+    "DamagedData",
     "DuplicateEntryId",
     "EncodingError",
+    "FetchResult",
+    "FsckReport",
+    "GcReport",
     "GenerateResult",
+    "HexId",
     "HistoryAppendContext",
     "HistoryReadContext",
     "HistoryStrategy",
+    "ImportResult",
     "InvalidInput",
     "InvalidObject",
     "InvalidRefName",
@@ -74,12 +97,19 @@ __all__ = [
     "OfflineModel",
     "PRICING",
     "Pricing",
+    "PullResult",
+    "PushResult",
     "ReadResult",
     "RefError",
+    "RefMoved",
+    "ReflogEntry",
     "RemoteError",
+    "RepoStats",
     "Repository",
     "RepositoryError",
     "RepositoryExists",
+    "RevisionDiff",
+    "RevisionInfo",
     "RunResult",
     "Signal",
     "StoreError",
@@ -88,6 +118,8 @@ __all__ = [
     "Tool",
     "UnknownRef",
     "UnknownRevision",
+    "UnknownSetting",
+    "UnpackResult",
     "Usage",
     "anthropic_model",
     "append_only_history_strategy",

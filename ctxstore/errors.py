@@ -1,23 +1,38 @@
 """Every error ctxstore raises, as one tree.
 
 Each error also subclasses the built-in a caller would expect, so ``except KeyError`` still catches an
-unknown ref and ``except ValueError`` still catches bad input::
+unknown ref and ``except ValueError`` still catches bad input. Which error means what:
+
+- `NonFastForward` means "your update is not built on the ref's current head": rebase onto it (or
+  ``commit(..., rebase=True)``) or force. Its subclass `RefMoved` means a compare-and-swap found the ref
+  changed by another writer between the read and the write (``Refs.set_if_equals``, an ``unpack`` with
+  ref updates, a commit or append that lost every retry): re-read and try again.
+- `DamagedData` (an `InvalidObject`) means bytes in the store are readable but wrong; `StoreError` means
+  the storage engine itself failed. Run ``ctxstore fsck`` for the first, check the disk for the second.
+
+::
 
     CtxStoreError
     ├── EncodingError (ValueError)          bytes that are not canonical CBOR, or a value that cannot be
     ├── InvalidObject (ValueError)          an object whose shape or fields are wrong
+    │   └── DamagedData                     stored data is damaged: a wrong kind of object where
+    │                                       another belongs, a record that does not decode; run fsck
     ├── MissingObject (KeyError)            an object id the store does not hold
     ├── InvalidInput (ValueError)           a message, entry input or patch that is malformed
     │   └── DuplicateEntryId                one entry id, two different contents
     ├── UnknownRevision (KeyError)          a revision id the history or repository does not know
+    ├── UnknownSetting (KeyError)           a config key that is not set
     ├── RefError
     │   ├── InvalidRefName (ValueError)     a ref name that breaks the naming rules
     │   ├── UnknownRef (KeyError)           a ref that does not exist
-    │   └── NonFastForward                  a ref moved since the writer loaded it
+    │   └── NonFastForward                  the update does not descend from the ref's head: rebase
+    │       └── RefMoved                    a compare-and-swap lost a race with another writer: the
+    │                                       ref no longer holds what the update expected; retry
     ├── RepositoryError
     │   ├── NotARepository (FileNotFoundError)
     │   ├── RepositoryExists (FileExistsError)
-    │   └── StoreError (OSError)            the storage engine failed (disk full, corrupt file, ...)
+    │   └── StoreError (OSError)            the storage engine failed (disk full, unreadable file,
+    │                                       ...); never used for damaged data, see DamagedData
     ├── BadPack (ValueError)                a pack that is malformed, corrupt or over its limits
     ├── SyncError                           fetch, pull, push or clone failed
     │   ├── RemoteError                     the other side answered with an error
@@ -31,6 +46,7 @@ __all__ = [
     "AuthError",
     "BadPack",
     "CtxStoreError",
+    "DamagedData",
     "DuplicateEntryId",
     "EncodingError",
     "InvalidInput",
@@ -41,6 +57,7 @@ __all__ = [
     "NonFastForward",
     "NotARepository",
     "RefError",
+    "RefMoved",
     "RemoteError",
     "RepositoryError",
     "RepositoryExists",
@@ -48,6 +65,7 @@ __all__ = [
     "SyncError",
     "UnknownRef",
     "UnknownRevision",
+    "UnknownSetting",
 ]
 
 
@@ -67,6 +85,14 @@ class InvalidObject(CtxStoreError, ValueError):
     """An object decodes but its type or fields are wrong."""
 
 
+class DamagedData(InvalidObject):
+    """Stored data is damaged: an object of the wrong kind where another belongs, or an undecodable record.
+
+    The storage engine read it fine (that would be a `StoreError`); what it holds is wrong. Run
+    ``ctxstore fsck`` to list the damage.
+    """
+
+
 class MissingObject(CtxStoreError, KeyError):
     """An object id that the store does not hold."""
 
@@ -81,6 +107,10 @@ class DuplicateEntryId(InvalidInput):
 
 class UnknownRevision(CtxStoreError, KeyError):
     """A revision id that the history or repository does not know."""
+
+
+class UnknownSetting(CtxStoreError, KeyError):
+    """A config key that is not set."""
 
 
 class RefError(CtxStoreError):
@@ -106,6 +136,15 @@ class NonFastForward(RefError):
         self.expected = expected
 
 
+class RefMoved(NonFastForward):
+    """A compare-and-swap lost a race: another writer moved the ref after it was read; re-read and retry.
+
+    Raised by ``Refs.set_if_equals`` and its kin, by ``Repository.unpack`` with ref updates, and by
+    ``Repository.commit``/``append`` when the ref kept moving through every retry. A `NonFastForward`, so
+    handlers that rebase on one also handle this.
+    """
+
+
 class RepositoryError(CtxStoreError):
     """Base class of errors about a repository as a whole."""
 
@@ -119,7 +158,7 @@ class RepositoryExists(RepositoryError, FileExistsError):
 
 
 class StoreError(RepositoryError, OSError):
-    """The storage engine failed."""
+    """The storage engine failed (a damaged value it read back is a `DamagedData`, not this)."""
 
 
 class BadPack(CtxStoreError, ValueError):

@@ -9,12 +9,13 @@ the ref so that gc keeps what the log can still reach.
 
 from __future__ import annotations
 
+import builtins
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, TypeAlias
 
-from .errors import EncodingError, InvalidInput, InvalidRefName, MissingObject, NonFastForward, StoreError, UnknownRef
+from .errors import DamagedData, EncodingError, InvalidInput, InvalidRefName, MissingObject, RefMoved, UnknownRef
 from .format import codec
 from .format.codec import now_ms as _now_ms
 from .ids import ObjectId, to_hex
@@ -28,13 +29,17 @@ __all__ = [
     "MAX_REF_NAME_BYTES",
     "REMOTES",
     "TAGS",
-    "ReflogEntry",
+    "Expected",
+    "RefUpdates",
+    "ReflogRecord",
     "Refs",
+    "Unchecked",
     "apply_updates",
     "check_ref_name",
     "default_ref_name",
     "is_valid_ref_name",
     "ref_candidates",
+    "reflog_records",
     "resolve_ref_name",
 ]
 
@@ -47,14 +52,21 @@ _FORBIDDEN = frozenset(" ~^:?*[\\")
 _BAD_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp"})
 
 
-class _Any:
-    """The `old` value that matches whatever a ref holds (delete without a check)."""
+class Unchecked:
+    """The type of `ANY`: the `old` value that matches whatever a ref holds (a forced move or delete)."""
 
     def __repr__(self) -> str:
         return "ANY"
 
 
-ANY: Final[Any] = _Any()
+ANY: Final = Unchecked()
+"""Pass as an update's `old` to skip the compare (the move is forced; the reflog keeps the old value)."""
+
+Expected: TypeAlias = ObjectId | Unchecked | None
+"""What a compare-and-swap expects a ref to hold: an id, None (must not exist) or `ANY` (no check)."""
+
+RefUpdates: TypeAlias = Mapping[str, tuple[Expected, ObjectId | None]]
+"""Compare-and-swap moves by full ref name: ``name: (expected, new)``; a None `new` deletes the ref."""
 
 
 def _why_invalid(name: object) -> str | None:
@@ -163,8 +175,11 @@ def resolve_ref_name(name: str, exists: Callable[[str], bool]) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class ReflogEntry:
-    """One move of a ref: from `old` to `new` (None: absent) at `time_ms`, with why."""
+class ReflogRecord:
+    """One move of a ref as stored: from `old` to `new` (raw ids; None: absent) at `time_ms`, with why.
+
+    The repository facade hands these out as `ctxstore.ReflogEntry`, with hex ids.
+    """
 
     old: ObjectId | None
     new: ObjectId | None
@@ -176,8 +191,8 @@ class ReflogEntry:
         return codec.encode({"old": self.old, "new": self.new, "time": self.time_ms, "message": self.message})
 
     @classmethod
-    def decode(cls, data: bytes) -> ReflogEntry:
-        """Read the stored form back; a damaged record is a `StoreError`."""
+    def decode(cls, data: bytes) -> ReflogRecord:
+        """Read the stored form back; a damaged record is a `DamagedData`."""
         try:
             value = codec.decode(data)
             old, new, when, message = value["old"], value["new"], value["time"], value["message"]
@@ -186,12 +201,17 @@ class ReflogEntry:
             return cls(None if old is None else check_oid(old), None if new is None else check_oid(new),
                        when, message)
         except (EncodingError, KeyError, TypeError, InvalidInput):
-            raise StoreError("a reflog record is damaged; run `ctxstore fsck`") from None
+            raise DamagedData("a reflog record is damaged; run `ctxstore fsck`") from None
 
 
+def reflog_records(txn: Transaction) -> Iterator[tuple[str, ReflogRecord]]:
+    """Every reflog record of every ref (deleted refs included), by full ref name."""
+    for name in txn.reflog_names():
+        for record in txn.reflog(name):
+            yield name, ReflogRecord.decode(record)
 
 
-def _mismatch(name: str, expected: ObjectId | None, current: ObjectId | None) -> NonFastForward:
+def _mismatch(name: str, expected: ObjectId | None, current: ObjectId | None) -> RefMoved:
     if expected is None:
         text = (f"ref {name} already exists at {_short(current)}; load it and build on it, "
                 "or update it with force")
@@ -201,16 +221,14 @@ def _mismatch(name: str, expected: ObjectId | None, current: ObjectId | None) ->
     else:
         text = (f"ref {name} moved to {_short(current)} since you loaded it at {_short(expected)}; "
                 "rebase onto it or commit with force")
-    return NonFastForward(text, ref=name, current=_hex(current), expected=_hex(expected))
+    return RefMoved(text, ref=name, current=_hex(current), expected=_hex(expected))
 
 
-
-def apply_updates(txn: Transaction, updates: Mapping[str, tuple[ObjectId | Any | None, ObjectId | None]], *,
-                  message: str = "", now_ms: int | None = None) -> None:
+def apply_updates(txn: Transaction, updates: RefUpdates, *, message: str = "", now_ms: int | None = None) -> None:
     """Compare-and-swap several full-named refs inside a caller's write transaction, all or nothing.
 
     Each update is ``name: (old, new)``; `old` is what the ref must hold (None: must not exist, `ANY`:
-    no check), `new` what it will hold (None: delete). On the first mismatch `NonFastForward` is raised
+    no check), `new` what it will hold (None: delete). On the first mismatch `RefMoved` is raised
     and the caller's transaction must not commit (leaving its ``with`` block by the exception does that).
     New targets must be in the store or written earlier in the same transaction.
     """
@@ -218,7 +236,7 @@ def apply_updates(txn: Transaction, updates: Mapping[str, tuple[ObjectId | Any |
     checked: list[tuple[str, ObjectId | None, ObjectId | None]] = []
     for name, (old, new) in updates.items():
         check_ref_name(name)
-        if old is not ANY and old is not None:
+        if not isinstance(old, Unchecked) and old is not None:
             check_oid(old)
         if new is not None:
             check_oid(new)
@@ -226,14 +244,14 @@ def apply_updates(txn: Transaction, updates: Mapping[str, tuple[ObjectId | Any |
                 raise MissingObject(f"ref {name} would point at {to_hex(new)}, which is not in the store; "
                                     "write the object in the same update (objects=...)")
         current = txn.get_ref(name)
-        if old is not ANY and current != old:
+        if not isinstance(old, Unchecked) and current != old:
             raise _mismatch(name, old, current)
         checked.append((name, current, new))
     for name, current, new in checked:
         if current == new:
             continue  # not a move: nothing to log
         txn.set_ref(name, new)
-        txn.append_reflog(name, ReflogEntry(current, new, when, message).encode())
+        txn.append_reflog(name, ReflogRecord(current, new, when, message).encode())
 
 
 class Refs:
@@ -271,22 +289,22 @@ class Refs:
         with self._store.transaction() as txn:
             return txn.refs(prefix or "refs/")
 
-    def set_if_equals(self, name: str, old: ObjectId | None, new: ObjectId | None, *,
+    def set_if_equals(self, name: str, old: Expected, new: ObjectId | None, *,
                       objects: Iterable[tuple[ObjectId, bytes]] = (), message: str = "") -> str:
         """Move a ref from `old` to `new` and write `objects`, in one transaction; returns the full name.
 
-        `old` None means the ref must not exist yet. If the ref holds anything else, `NonFastForward`
-        names both values and nothing (objects included) is written.
+        `old` None means the ref must not exist yet (`ANY`: no check). If the ref holds anything else,
+        `RefMoved` names both values and nothing (objects included) is written.
         """
         return self.set_many_if_equals({name: (old, new)}, objects=objects, message=message)[0]
 
-    def set_many_if_equals(self, updates: Mapping[str, tuple[ObjectId | Any | None, ObjectId | None]], *,
-                           objects: Iterable[tuple[ObjectId, bytes]] = (), message: str = "") -> list[str]:
+    def set_many_if_equals(self, updates: RefUpdates, *, objects: Iterable[tuple[ObjectId, bytes]] = (),
+                           message: str = "") -> list[str]:
         """Compare-and-swap several refs and write `objects`, all or nothing; returns the full names."""
         if not updates:
             raise InvalidInput("no ref updates given")
         with self._store.transaction(write=True) as txn:
-            full: dict[str, tuple[Any, ObjectId | None]] = {}
+            full: dict[str, tuple[Expected, ObjectId | None]] = {}
             for name, change in updates.items():
                 full_name = resolve_ref_name(name, lambda n: txn.get_ref(n) is not None)
                 if full_name in full:
@@ -301,7 +319,7 @@ class Refs:
         """Point a ref at `new` whatever it held (a forced update; the old value stays in the reflog)."""
         return self.set_many_if_equals({name: (ANY, new)}, objects=objects, message=message)[0]
 
-    def delete(self, name: str, old: ObjectId | Any = ANY, *, message: str = "") -> str:
+    def delete(self, name: str, old: Expected = ANY, *, message: str = "") -> str:
         """Delete a ref (if it holds `old`, when given); its reflog is kept. Returns the full name."""
         with self._store.transaction(write=True) as txn:
             full = resolve_ref_name(name, lambda n: txn.get_ref(n) is not None)
@@ -329,26 +347,23 @@ class Refs:
             txn.set_ref(source, None)
             txn.set_ref(dest, target_oid)
             note = message or f"renamed from {source}"
-            txn.append_reflog(dest, ReflogEntry(target_oid, target_oid, self._clock(), note).encode())
+            txn.append_reflog(dest, ReflogRecord(target_oid, target_oid, self._clock(), note).encode())
         return dest
 
-    def reflog(self, name: str, limit: int | None = None) -> list[ReflogEntry]:
+    def reflog(self, name: str, limit: int | None = None) -> list[ReflogRecord]:
         """A ref's moves, newest first; also for a deleted ref (give its full name)."""
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise InvalidInput(f"a reflog limit must be a whole number of entries, not {limit!r}")
         with self._store.transaction() as txn:
             full = resolve_ref_name(name, lambda n: bool(txn.reflog(n, limit=1)))
-            return [ReflogEntry.decode(r) for r in txn.reflog(full, limit)]
+            return [ReflogRecord.decode(r) for r in txn.reflog(full, limit)]
 
     def reflog_names(self) -> list[str]:
         """Every ref name with a reflog, deleted refs included (gc keeps what these reach)."""
         with self._store.transaction() as txn:
             return txn.reflog_names()
 
-    def reflog_targets(self) -> set[ObjectId]:
+    def reflog_targets(self) -> builtins.set[ObjectId]:
         """Every object id any reflog entry points at, old or new: roots that gc must keep."""
-        found: set[ObjectId] = set()
         with self._store.transaction() as txn:
-            for name in txn.reflog_names():
-                for record in txn.reflog(name):
-                    entry = ReflogEntry.decode(record)
-                    found.update(o for o in (entry.old, entry.new) if o is not None)
-        return found
+            return {o for _name, entry in reflog_records(txn) for o in (entry.old, entry.new) if o is not None}

@@ -9,8 +9,9 @@ from typing import Any, Literal
 import httpx2
 import pytest
 
+from ctxstore.agents.anthropic import anthropic_model
 from ctxstore.agents.loop import Agent, RunResult, Tool, agent, tool
-from ctxstore.agents.models import Usage, anthropic_model
+from ctxstore.agents.models import Usage
 from ctxstore.agents.offline import OfflineModel, tool_call
 from ctxstore.agents.strategies import (
     HistoryAppendContext,
@@ -254,3 +255,75 @@ def test_agent_over_the_anthropic_adapter_with_a_mock_transport() -> None:
     assert bodies[0]["system"] == "terse" and bodies[0]["tools"][0]["name"] == "multiply"
     assert result.usage == Usage(2000, 200)
     assert result.cost == pytest.approx((2000 * 1 + 200 * 5) / 1_000_000)
+
+
+# Bad input: refused with InvalidInput (a CtxStoreError), a misbehaving model with ModelError ---------
+
+
+def test_agent_refuses_bad_settings_when_made() -> None:
+    model = OfflineModel()
+    bad: list[dict[str, Any]] = [
+        {"history": object()}, {"history": 42}, {"tools": "multiply"}, {"tools": 3}, {"tools": [42]},
+        {"stop_when": [42]}, {"stop_when": 3}, {"max_steps": 0}, {"max_steps": "3"}, {"max_steps": True},
+        {"budget_tokens": -1}, {"budget_tokens": 1.5}, {"max_tokens": 0}, {"system": ["s"]},
+        {"pricing": [("offline", 1)]},
+    ]
+    for options in bad:
+        with pytest.raises(InvalidInput):
+            Agent(model, **options)
+    with pytest.raises(InvalidInput):
+        Agent(object())  # type: ignore[arg-type]
+
+
+def test_a_history_factory_that_needs_arguments_is_bad_input() -> None:
+    from ctxstore.agents.strategies import SummarizingHistoryStrategy
+
+    with pytest.raises(InvalidInput, match="without arguments"):
+        Agent(OfflineModel(), history=SummarizingHistoryStrategy)  # type: ignore[arg-type]
+
+
+def test_tool_refuses_bad_names_descriptions_schemas_and_unreadable_signatures() -> None:
+    with pytest.raises(InvalidInput):
+        tool(multiply, name=3)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        tool(multiply, description=["x"])  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        tool(multiply, input_schema="object")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="input_schema"):
+        tool(type)  # a builtin without a readable signature
+    assert tool(type, input_schema={"type": "object"}).name == "type"
+
+
+def test_generate_refuses_a_prompt_that_is_not_text_blocks_or_a_message() -> None:
+    for prompt in (42, None, ["text"], b"bytes"):
+        strategy = append_only_history_strategy()
+        with pytest.raises(InvalidInput):
+            run(Agent(OfflineModel(), history=strategy).generate(prompt))  # type: ignore[arg-type]
+        assert strategy.history.size == 0
+
+
+def test_generate_refuses_messages_the_model_could_not_be_sent() -> None:
+    """JSON content that is no Messages API content fails the read with InvalidInput, not a crash."""
+    for content in (["a", "b"], 5, {"text": "x"}):
+        with pytest.raises(InvalidInput):
+            run(Agent(OfflineModel()).generate({"role": "user", "content": content}))
+
+
+def test_a_strategy_whose_read_is_not_a_read_result_is_bad_input() -> None:
+    class Broken(Recording):
+        async def on_read(self, ctx: HistoryReadContext) -> ReadResult:
+            return "everything"  # type: ignore[return-value]
+
+    with pytest.raises(InvalidInput, match="ReadResult"):
+        run(Agent(OfflineModel(), history=Broken()).generate("hi"))
+
+
+def test_a_model_that_answers_without_a_generate_result_is_a_model_error() -> None:
+    from ctxstore.errors import ModelError
+
+    class Sloppy(OfflineModel):
+        async def generate(self, **request: Any) -> Any:
+            return {"text": "hi"}
+
+    with pytest.raises(ModelError, match="GenerateResult"):
+        run(Agent(Sloppy()).generate("hi"))

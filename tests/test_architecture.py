@@ -1,130 +1,293 @@
-"""The package's shape: layers import only downwards, and the public surface is what the docs list."""
+"""The package's shape, as docs/architecture.md states it: one subpackage per layer, imports only downwards,
+no import cycle between modules, no module using another's private names, and a public surface that the docs
+list. Imports are counted wherever they stand: at module level, inside functions, under TYPE_CHECKING, and as
+`importlib.import_module("...")` strings.
+"""
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+
+import click
 
 import ctxstore
 
 PACKAGE = Path(ctxstore.__file__).parent
+DOCS = PACKAGE.parent / "docs"
 
-# Lower rank = lower layer. A module may import modules of its own rank or lower. This is DESIGN.md's
-# layer table, with one refinement: the pack *format* (pack.py) needs only codec, objects and the store
-# protocol, so it sits just above the store, where the repository can use it.
+# Lower rank = lower layer. A module may import its own layer or lower ones. docs/architecture.md has the
+# same table with what each layer owns; test_the_layer_table_is_the_documented_one keeps the two in step.
 RANKS: dict[str, int] = {
     "errors": 0,
-    "codec": 1,
-    "objects": 2, "seq": 2,
+    "ids": 1,
+    "report": 1,
+    "format": 2,
     "store": 3,
-    "pack": 4, "_packform": 4,
-    "_workspace": 5, "_intake": 5, "_snapshot": 5, "history": 5, "budget": 5,
+    "pack": 4,
+    "history": 5,
     "refs": 6,
-    "_repo_values": 7, "repo": 7, "transfer": 7, "packwalk": 7,
+    "repo": 7,
     "sync": 8,
-    "signals": 9, "strategies": 9, "recording": 9,
-    "models": 10, "offline": 10, "agent": 10,
-    "tour": 11, "cli": 11, "cli_sync": 11, "cli_agent": 11, "__init__": 11, "__main__": 11,
+    "interop": 9,
+    "agents": 10,
+    "cli": 11,
+    "__init__": 12,
 }
 
-# Repository.fetch/pull/push/clone are the seed-facing spelling of the sync functions; they import
-# the sync layer inside the method, the one sanctioned upward step.
-ALLOWED_UPWARD = {("repo", "sync")}
+# Third-party packages that only these modules (or modules under these prefixes) may import.
+OWNERS: dict[str, tuple[str, ...]] = {
+    "lmdb": ("ctxstore.store.lmdb",),
+    "anthropic": ("ctxstore.agents.anthropic",),
+    "starlette": ("ctxstore.sync.server",),
+    "uvicorn": ("ctxstore.sync.server",),
+    "httpx2": ("ctxstore.sync.http",),
+    "click": ("ctxstore.cli",),
+}
 
-# Third-party packages that one module alone may import.
-OWNERS = {"lmdb": {"store.lmdb"}, "anthropic": {"models"}}
+# Underscore names that are public API of the standard library (namedtuple's methods, sys internals).
+STDLIB_UNDERSCORE = {"_asdict", "_replace", "_fields", "_make", "_field_defaults", "_exit", "_getframe"}
 
 
-def _modules() -> dict[str, Path]:
+@dataclass(frozen=True)
+class Import:
+    """One import statement's target, resolved to a full module name, and the names it takes from it."""
+
+    module: str
+    names: tuple[str, ...]
+    line: int
+
+
+@cache
+def modules() -> dict[str, Path]:
+    """Every module of the package by full dotted name (a package is named by its `__init__`)."""
     out = {}
-    for path in PACKAGE.rglob("*.py"):
-        rel = path.relative_to(PACKAGE).with_suffix("")
-        out[".".join(rel.parts)] = path
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = ["ctxstore", *path.relative_to(PACKAGE).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
     return out
 
 
-def _layer(module: str) -> str:
-    top = module.split(".")[0]
-    if top == "__init__":
-        return "__init__"
-    return top
+def is_package(name: str) -> bool:
+    return modules()[name].name == "__init__.py"
 
 
-def _imports(module: str, path: Path) -> list[str]:
-    tree = ast.parse(path.read_text())
-    package_parts = module.split(".")[:-1]
+def layer(name: str) -> str:
+    parts = name.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+@cache
+def tree(name: str) -> ast.Module:
+    return ast.parse(modules()[name].read_text(encoding="utf-8"))
+
+
+@cache
+def imports(name: str) -> tuple[Import, ...]:
+    """Every import in module `name`, wherever it stands, with relative imports resolved."""
+    here = name.split(".") if is_package(name) else name.split(".")[:-1]
     found = []
-    for node in ast.walk(tree):
+    for node in ast.walk(tree(name)):
         if isinstance(node, ast.Import):
-            found.extend(alias.name for alias in node.names)
+            found += [Import(alias.name, (), node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level == 0:
-                found.append(node.module or "")
-                continue
-            base = package_parts[: len(package_parts) - (node.level - 1)]
-            target = ".".join([*base, node.module]) if node.module else ".".join(base)
-            if node.module is None:
-                found.extend(f"{target}.{a.name}".lstrip(".") for a in node.names)
+            if node.level:
+                base = here[: len(here) - node.level + 1]
+                target = ".".join([*base, *([node.module] if node.module else [])])
             else:
-                found.append("ctxstore." + target if target else "ctxstore")
+                target = node.module or ""
+            found.append(Import(target, tuple(alias.name for alias in node.names), node.lineno))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "import_module" and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)):
+            found.append(Import(node.args[0].value, (), node.lineno))
+    return tuple(found)
+
+
+def edges(name: str) -> set[str]:
+    """The package modules `name` imports: a `from pkg import sub` names the submodule, else the package."""
+    out = set()
+    for imp in imports(name):
+        if imp.module != "ctxstore" and not imp.module.startswith("ctxstore."):
             continue
-    return [("ctxstore." + f) if not f.startswith("ctxstore") and f in _modules_flat() else f for f in found]
+        subs = [f"{imp.module}.{n}" for n in imp.names if f"{imp.module}.{n}" in modules()]
+        if subs:
+            out.update(subs)
+        if len(subs) < len(imp.names) or not imp.names:
+            out.add(imp.module)
+    return out - {name}
 
 
-def _modules_flat() -> set[str]:
-    return set(_modules())
+def test_every_module_is_in_a_layer_and_every_layer_is_a_module():
+    """A new top-level module or subpackage must be placed in the layer table before it can land."""
+    assert {layer(m) for m in modules()} == set(RANKS)
 
 
-def test_every_module_has_a_layer():
-    """A new module must be placed in the layer table before it can land."""
-    missing = sorted({_layer(m) for m in _modules()} - RANKS.keys())
-    assert not missing, f"modules without a layer in RANKS: {missing}"
-
-
-def test_modules_import_only_lower_layers():
-    """No module imports from a layer above its own."""
-    bad = []
-    for module, path in _modules().items():
-        mine = _layer(module)
-        for imported in _imports(module, path):
-            if not imported.startswith("ctxstore"):
-                continue
-            parts = imported.split(".")[1:]
-            if not parts:
-                continue
-            theirs = parts[0]
-            if theirs not in RANKS or (mine, theirs) in ALLOWED_UPWARD:
-                continue
-            if RANKS[theirs] > RANKS[mine]:
-                bad.append(f"{module} imports {imported}")
+def test_modules_import_only_their_own_layer_or_lower():
+    """No import, anywhere in a module, reaches a layer above the module's own."""
+    bad = [f"{m} imports {t}" for m in modules() for t in sorted(edges(m)) if RANKS[layer(t)] > RANKS[layer(m)]]
     assert not bad, "upward imports:\n" + "\n".join(bad)
 
 
-def test_third_party_owners():
-    """lmdb is imported by the LMDB store alone, anthropic by the model adapter alone."""
+def find_cycles(graph: dict[str, list[str]]) -> list[list[str]]:
+    """The cycles a depth-first walk of `graph` meets, each as the path that closes it."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in graph.get(node, []):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for start in graph:
+        if start not in state:
+            visit(start)
+    return cycles
+
+
+def test_no_import_cycle_between_modules():
+    """The module graph (every import counted, implicit parent-package imports aside) has no cycle."""
+    graph = {m: sorted(t for t in edges(m) if t in modules()) for m in modules()}
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_sees_function_level_imports_and_finds_cycles():
+    """The checks are real: an import inside a function is an edge, and a three-module loop is reported."""
+    assert "ctxstore.cli.tour" in edges("ctxstore.cli._repo")  # imported inside the `tour` command
+    assert find_cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c", "a"]]
+    assert find_cycles({"a": ["b"], "b": [], "c": ["a", "b"]}) == []
+
+
+def _defined_private_names(name: str) -> set[str]:
+    """Underscore names a module defines: functions, classes, assignments, attributes it sets, parameters."""
+    out = set()
+    for node in ast.walk(tree(name)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            out.add(node.attr)
+        elif isinstance(node, ast.arg):
+            out.add(node.arg)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+    return {n for n in out if n.startswith("_")}
+
+
+def test_no_module_uses_another_modules_private_names():
+    """`obj._x` only where this module defines `_x`; `from m import _x` never; private modules only from their
+    own package."""
     bad = []
-    for module, path in _modules().items():
-        for imported in _imports(module, path):
-            top = imported.split(".")[0]
-            if top in OWNERS and module not in OWNERS[top]:
-                bad.append(f"{module} imports {top}")
+    for name in modules():
+        mine = _defined_private_names(name)
+        # Third-party modules' own underscore names (py-lmdb's `lmdb._Database` handle type) are theirs to
+        # publish; the rule is about ctxstore's modules.
+        foreign = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree(name)) if isinstance(n, ast.Import)
+                   for a in n.names if not a.name.startswith("ctxstore")}
+        package = name if is_package(name) else name.rpartition(".")[0]
+        for imp in imports(name):
+            if not imp.module.startswith("ctxstore"):
+                continue
+            for taken in imp.names:
+                full = f"{imp.module}.{taken}"
+                if full in modules():
+                    owner = full.rpartition(".")[0]
+                    if taken.startswith("_") and not taken.startswith("__") and owner != package:
+                        bad.append(f"{name}:{imp.line} imports private module {full}")
+                elif taken.startswith("_") and not taken.startswith("__"):
+                    bad.append(f"{name}:{imp.line} imports private name {taken} from {imp.module}")
+            last = imp.module.rsplit(".", 1)[-1]
+            if last.startswith("_") and not last.startswith("__") and imp.module.rpartition(".")[0] != package:
+                bad.append(f"{name}:{imp.line} imports private module {imp.module}")
+        for node in ast.walk(tree(name)):
+            if not isinstance(node, ast.Attribute):
+                continue
+            attr = node.attr
+            if not attr.startswith("_") or attr.startswith("__") or attr in STDLIB_UNDERSCORE or attr in mine:
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls", *foreign):
+                continue
+            bad.append(f"{name}:{node.lineno} uses {ast.unparse(node)}")
+    assert not bad, "private names used across modules:\n" + "\n".join(bad)
+
+
+def test_third_party_packages_have_one_owner():
+    """lmdb, anthropic, starlette, uvicorn, httpx2 and click are each imported by their one layer's module."""
+    bad = []
+    for name in modules():
+        for imp in imports(name):
+            top = imp.module.split(".")[0]
+            if top in OWNERS and not name.startswith(OWNERS[top]):
+                bad.append(f"{name}:{imp.line} imports {top}")
     assert not bad, bad
 
 
 def test_only_the_cli_prints_or_reads_the_environment():
     """Library modules neither print nor read os.environ; the CLI does both for them."""
     bad = []
-    for module, path in _modules().items():
-        if _layer(module) in ("cli", "cli_sync", "cli_agent", "__main__"):
+    for name in modules():
+        if layer(name) == "cli":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(tree(name)):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
-                bad.append(f"{module}:{node.lineno} print()")
+                bad.append(f"{name}:{node.lineno} print()")
             if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv") and \
                     isinstance(node.value, ast.Name) and node.value.id == "os":
-                bad.append(f"{module}:{node.lineno} os.{node.attr}")
+                bad.append(f"{name}:{node.lineno} os.{node.attr}")
     assert not bad, bad
+
+
+def test_every_cli_command_is_registered_statically():
+    """Each click command a cli module defines at top level is in the `ctxstore` group, imported up front."""
+    from ctxstore.cli import cli
+
+    source = modules()["ctxstore.cli"].read_text(encoding="utf-8")
+    assert "importlib" not in source and "__getattr__" not in source
+    registered = set(cli.commands.values())
+    missing = []
+    for name in modules():
+        if layer(name) != "cli" or name == "ctxstore.cli":
+            continue
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        for attr, value in vars(module).items():
+            if (isinstance(value, click.Command) and value.__module__ == name and not isinstance(value, click.Group)
+                    and value not in registered and not _is_subcommand(cli, value)):
+                missing.append(f"{name}.{attr}")
+    assert not missing, missing
+
+
+def _is_subcommand(group: click.Group, command: click.Command) -> bool:
+    for sub in group.commands.values():
+        if isinstance(sub, click.Group) and (command in sub.commands.values() or _is_subcommand(sub, command)):
+            return True
+    return False
+
+
+def test_a_command_module_that_cannot_import_fails_the_cli_loudly():
+    """A broken import inside a command module stops `ctxstore` with the ImportError, not a missing command."""
+    code = ("import sys; sys.modules['ctxstore.cli._sync'] = None\n"
+            "try:\n    import ctxstore.cli\nexcept ImportError as e:\n    print('ImportError', e)\n"
+            "else:\n    print('imported')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert out.startswith("ImportError"), out
 
 
 def test_all_is_sorted_and_matches_the_docs():
@@ -133,8 +296,7 @@ def test_all_is_sorted_and_matches_the_docs():
     assert names == sorted(names)
     for name in names:
         assert hasattr(ctxstore, name), name
-    doc = (PACKAGE.parent / "docs" / "api.md").read_text()
-    documented = re.findall(r"^- `([A-Za-z_][A-Za-z0-9_]*)`", doc, flags=re.M)
+    documented = re.findall(r"^- `([A-Za-z_][A-Za-z0-9_]*)`", (DOCS / "api.md").read_text(), flags=re.M)
     assert sorted(documented) == names
 
 
@@ -144,3 +306,25 @@ def test_error_tree_is_rooted():
         value = getattr(ctxstore, name)
         if isinstance(value, type) and issubclass(value, BaseException):
             assert issubclass(value, ctxstore.CtxStoreError), name
+
+
+def test_the_layer_table_is_the_documented_one():
+    """docs/architecture.md's layer table lists the layers of RANKS, lowest first."""
+    text = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d+) \| `([a-z_]+)(?:/|\.py)?` \|", text, flags=re.M)
+    documented = {layer_name: int(rank) for rank, layer_name in rows}
+    expected = {k: v for k, v in RANKS.items() if k != "__init__"}
+    assert documented == expected
+
+
+def test_no_test_or_doc_cites_a_design_file_outside_the_repository():
+    """The repository's own docs are the authority: nothing refers to DESIGN.md or shared/."""
+    root = PACKAGE.parent
+    bad = []
+    for path in [*root.glob("docs/*.md"), root / "README.md", *root.glob("tests/*.py"), *PACKAGE.rglob("*.py")]:
+        if path.name == "test_architecture.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        if "DESIGN.md" in text or "shared/" in text:
+            bad.append(str(path.relative_to(root)))
+    assert not bad, bad

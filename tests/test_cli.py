@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner, Result
+from conftest import ClaudeTranscript
 
-from ctxstore import Repository
+from ctxstore import Repository, errors
 from ctxstore.cli import EXIT_CODES, cli
+from ctxstore.cli._common import exit_code_for, reporting
 from ctxstore.history.message_history import MessageHistory
 from ctxstore.ids import from_hex
 
@@ -224,7 +227,7 @@ def test_export_and_import_round_trip_in_every_format(repo_dir: Path, runner: Cl
                                                       tmp_path_factory: pytest.TempPathFactory) -> None:
     say(runner, repo_dir, "main", "a", "b")
     out = tmp_path_factory.mktemp("out")
-    for fmt, name in [("messages", "m.json"), ("jsonl", "m.jsonl"), ("snapshot", "s.json")]:
+    for fmt, name in [("json", "m.json"), ("jsonl", "m.jsonl"), ("snapshot", "s.json")]:
         assert run(runner, repo_dir, "export", "--format", fmt, "-o", str(out / name), "main").exit_code == 0
         imported = ok(runner, repo_dir, "import", "--ref", f"copy-{fmt}", str(out / name))
         assert imported["format"] == fmt and imported["size"] == 2
@@ -304,3 +307,99 @@ def test_tour_command_runs(runner: CliRunner, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "log --graph" in result.stdout
     assert (tmp_path / "t" / ".ctxstore" / "format").exists()
+
+
+# -- Claude Code transcripts and import errors -------------------------------------------------------
+
+def test_import_claude_code_transcript_is_detected_even_when_it_opens_with_a_summary(
+        repo_dir: Path, runner: CliRunner, claude_transcript: ClaudeTranscript) -> None:
+    """`ctxstore import session.jsonl --ref cc/s` imports the transcript, its retried turn as a fork."""
+    assert json.loads(claude_transcript.path.read_text().splitlines()[0])["type"] == "summary"
+    out = ok(runner, repo_dir, "import", str(claude_transcript.path), "--ref", "cc/s")
+    fork = f"refs/heads/cc/s/{claude_transcript.fork}"
+    assert out["format"] == "claude" and out["ref"] == "refs/heads/cc/s" and out["size"] == 4
+    assert set(out["refs"]) == {"refs/heads/cc/s", fork} and out["revision"] == out["refs"]["refs/heads/cc/s"]
+    assert ok(runner, repo_dir, "render", "cc/s") == claude_transcript.main_line
+    assert [m["role"] for m in ok(runner, repo_dir, "render", fork)] == ["user", "assistant"]
+    entries = ok(runner, repo_dir, "render", "--entries", "cc/s")
+    assert entries[0]["meta"]["claudeCode"]["sessionId"] == claude_transcript.session
+
+
+def test_import_with_format_claude_and_the_default_ref(repo_dir: Path, runner: CliRunner,
+                                                       claude_transcript: ClaudeTranscript) -> None:
+    """--format claude imports the transcript; without --ref it lands in claude/<session>."""
+    path = str(claude_transcript.path)
+    assert ok(runner, repo_dir, "import", "--format", "claude", "--ref", "cc/given", path)["format"] == "claude"
+    out = ok(runner, repo_dir, "import", "--format", "claude", path)
+    assert out["ref"] == f"refs/heads/claude/{claude_transcript.session}"
+    assert ok(runner, repo_dir, "render", out["ref"]) == ok(runner, repo_dir, "render", "cc/given")
+
+
+def test_reimporting_a_transcript_is_exit_4_until_forced(repo_dir: Path, runner: CliRunner,
+                                                         claude_transcript: ClaudeTranscript) -> None:
+    ok(runner, repo_dir, "import", str(claude_transcript.path), "--ref", "cc/s")
+    before = ok(runner, repo_dir, "refs")
+    again = run(runner, repo_dir, "import", str(claude_transcript.path), "--ref", "cc/s")
+    assert again.exit_code == 4 and "force" in again.stderr and again.stderr.count("\n") == 1
+    assert ok(runner, repo_dir, "refs") == before
+    ok(runner, repo_dir, "import", "--force", str(claude_transcript.path), "--ref", "cc/s")
+
+
+def test_import_of_messages_needs_a_ref(repo_dir: Path, runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    result = run(runner, repo_dir, "import", str(path))
+    assert result.exit_code == 2 and "ref" in result.stderr and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe not utf-8\n", b"", b"hello\n", b'[{"role": "user"'])
+def test_an_unreadable_import_file_is_one_line_and_exit_2(repo_dir: Path, runner: CliRunner, tmp_path: Path,
+                                                           content: bytes) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    result = run(runner, repo_dir, "import", "--ref", "x", str(path))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("ctxstore: error:") and result.stderr.count("\n") == 1
+    assert ok(runner, repo_dir, "refs") == {}
+
+
+def test_export_with_ids_imports_back_with_the_same_ids(repo_dir: Path, runner: CliRunner) -> None:
+    ids = say(runner, repo_dir, "main", "a", "b")
+    text = run(runner, repo_dir, "export", "--format", "jsonl", "--ids", "main").stdout
+    assert [json.loads(line)["id"] for line in text.splitlines()] == ids
+    assert ok(runner, repo_dir, "import", "--ref", "copy", "-", input=text)["format"] == "jsonl"
+    assert [e["id"] for e in ok(runner, repo_dir, "render", "--entries", "copy")] == ids
+
+
+def _error_classes() -> list[type[errors.CtxStoreError]]:
+    return [value for value in vars(errors).values()
+            if isinstance(value, type) and issubclass(value, errors.CtxStoreError)]
+
+
+@pytest.mark.parametrize("kind", _error_classes(), ids=lambda kind: kind.__name__)
+def test_every_ctxstore_error_is_one_line_with_a_documented_exit_code(kind: type[errors.CtxStoreError]) -> None:
+    error = kind.__new__(kind)
+    Exception.__init__(error, "what happened;\nwhat to do")
+    runner = CliRunner()
+
+    @click.command()
+    def boom() -> None:
+        with reporting():
+            raise error
+
+    result = runner.invoke(boom, [])
+    assert result.exit_code == exit_code_for(error) and result.exit_code in EXIT_CODES
+    assert result.exit_code != 0
+    assert result.stderr == "ctxstore: error: what happened; what to do\n"
+
+
+def test_errors_get_the_exit_code_their_meaning_documents() -> None:
+    expected = {errors.NonFastForward: 4, errors.RefMoved: 4, errors.UnknownRef: 3, errors.UnknownRevision: 3,
+                errors.UnknownSetting: 3, errors.MissingObject: 3, errors.NotARepository: 3,
+                errors.RepositoryExists: 5, errors.InvalidInput: 2, errors.DuplicateEntryId: 2,
+                errors.InvalidRefName: 2, errors.BadPack: 6, errors.DamagedData: 6, errors.StoreError: 1,
+                errors.SyncError: 1, errors.AuthError: 1, errors.ModelError: 1}
+    for kind, code in expected.items():
+        error = kind.__new__(kind)
+        Exception.__init__(error, "x")
+        assert exit_code_for(error) == code, kind.__name__

@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 
 import ctxstore.cli._agent as cli_agent
 from ctxstore import Repository
-from ctxstore.agents.models import anthropic_model
+from ctxstore.agents.anthropic import anthropic_model
 from ctxstore.cli import cli
 from ctxstore.cli._agent import AGENT_COMMANDS, chat, compact
 
@@ -156,7 +156,8 @@ def test_compact_commits_a_summary_revision_and_keeps_the_originals(repo_path: P
     assert out["summarized"] == 6 and out["size"] == 3
     with Repository.open(repo_path) as repo:
         assert out["revision"] == repo.head("main")
-        _, revision = next(iter(repo.iter_revisions("main")))
+        revision = next(iter(repo.iter_revisions("main")))
+        assert revision.id == out["revision"]
         history = repo.history("main")
         assert revision.operation["type"] == "edit"
         assert history.refs()[0].kind == "summary"

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ClaudeTranscript
 
 SCRIPT = shutil.which("ctxstore") or str(Path(sys.executable).with_name("ctxstore"))
 
@@ -52,6 +53,17 @@ def test_main_flows_as_real_processes(script: str, tmp_path: Path) -> None:
     ctxstore(other, "init")
     ctxstore(other, "import", "--ref", "copy", "-", input=exported)
     assert ctxstore(other, "render", "copy").stdout == ctxstore(tmp_path, "render", "main").stdout
+
+
+def test_claude_code_transcript_imports_as_a_real_process(script: str, tmp_path: Path,
+                                                          claude_transcript: ClaudeTranscript) -> None:
+    """`ctxstore import session.jsonl --ref cc/s`, the format told from the content."""
+    ctxstore(tmp_path, "init")
+    out = json.loads(ctxstore(tmp_path, "import", str(claude_transcript.path), "--ref", "cc/s").stdout)
+    assert out["format"] == "claude" and out["ref"] == "refs/heads/cc/s"
+    assert json.loads(ctxstore(tmp_path, "render", "cc/s").stdout) == claude_transcript.main_line
+    again = ctxstore(tmp_path, "import", str(claude_transcript.path), "--ref", "cc/s", check=False)
+    assert again.returncode == 4 and again.stderr.startswith("ctxstore: error:") and again.stderr.count("\n") == 1
 
 
 def test_errors_are_one_line_on_stderr_with_documented_codes(script: str, tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxstore.errors import CtxStoreError, EncodingError, InvalidInput
 from ctxstore import report
+from ctxstore.errors import CtxStoreError, EncodingError, InvalidInput
 from ctxstore.format import codec
 from ctxstore.format.codec import compress, decode, decompress, encode
 from ctxstore.ids import from_hex, object_id, to_hex

@@ -11,8 +11,8 @@ from multiprocessing.synchronize import Barrier
 
 import pytest
 
+from ctxstore.history.entry_ids import new_entry_id
 from ctxstore.history.message_history import MessageHistory
-from ctxstore.history.workspace import new_entry_id
 
 PER_PROCESS = 50_000
 ID_FORM = re.compile(r"[0-9a-hjkmnp-tv-z]{26}")

@@ -2,7 +2,9 @@
 
 The model is a list of entry ids (the active view) and a dict of the entries its graph knows. Explicit
 ids are fresh or re-append a known entry identically; ghost ids (in views and patch targets) are never
-created, so the model stays within the behaviours DESIGN.md pins down.
+created, so the model stays within the behaviours the repository's docs pin down: the operations,
+patches and views of docs/format.md (a view keeps unknown ids; a patch whose target is absent is
+skipped) and the `MessageHistory` calls of docs/api.md.
 """
 
 from __future__ import annotations

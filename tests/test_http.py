@@ -98,6 +98,11 @@ def test_status_codes_for_auth_paths_and_size(hub):
                     "/%2e%2e/%2e%2e/refs"):
             assert _raw_status(server.url, raw, WRITE) == 404, raw
         assert client.post(f"{base}/push", content=b"x" * 300_000, headers=auth).status_code == 413
+        # A request frame cut short is the client's fault: 400, with an error frame saying so.
+        for endpoint in ("push", "fetch"):
+            answer = client.post(f"{base}/{endpoint}", content=b"\x00\x00", headers=auth)
+            assert answer.status_code == 400, endpoint
+            assert answer.headers["content-type"].startswith("application/x-ctxstore")
 
 
 def test_clone_fetch_pull_push_between_processes(hub, tmp_path):

@@ -11,13 +11,14 @@ import pytest
 
 from ctxstore import Repository
 from ctxstore.errors import InvalidInput, NonFastForward
-from ctxstore.interop.formats import (
+from ctxstore.interop import (
     detect_format,
     export_ref,
     import_claude_code,
     import_file,
     import_messages,
     import_snapshot,
+    parse_claude_code,
     write_export,
 )
 
@@ -216,3 +217,109 @@ def test_export_of_an_unknown_ref_is_an_error(repo: Repository) -> None:
         write_export(repo, "nothing", io.StringIO())
     with pytest.raises(InvalidInput):
         export_ref(repo, "main", format="xml")
+
+
+# -- detection, and what bad input raises ----------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('[{"role": "user", "content": "hi"}]', "json"),
+    ('{"messages": [{"role": "user", "content": "hi"}]}', "json"),
+    ('{\n  "messages": []\n}\n', "json"),
+    ('{"entries": [], "revisions": [], "head": "r"}', "snapshot"),
+    ('{\n  "entries": [],\n  "revisions": [],\n  "head": "r"\n}\n', "snapshot"),
+    ('{"role": "user", "content": "a"}\n{"role": "assistant", "content": "b"}\n', "jsonl"),
+    ('{"id": "a", "kind": "turn", "message": {"role": "user", "content": "a"}}\n', "jsonl"),
+    ('{"type": "summary", "summary": "A title", "leafUuid": "u1"}\n{"uuid": "u1", "type": "user"}\n', "claude"),
+    ('{"type": "file-history-snapshot", "messageId": "m", "snapshot": {}}\n', "claude"),
+    ('{"uuid": "u1", "parentUuid": null, "sessionId": "s", "type": "user"}\n', "claude"),
+])
+def test_detect_format_tells_every_format_from_its_content(text: str, expected: str) -> None:
+    assert detect_format(text) == expected
+
+
+def test_a_transcript_opening_with_summary_records_imports_through_import_file(repo: Repository) -> None:
+    records = [{"type": "summary", "summary": "first title", "leafUuid": "a1"},
+               {"type": "summary", "summary": "second title", "leafUuid": "a1"},
+               _rec("u1", None, "user", "hi"), _rec("a1", "u1", "assistant", "hello")]
+    result = import_file(repo, io.StringIO("".join(json.dumps(r) + "\n" for r in records)), "cc")
+    assert result.format == "claude" and result.ref == "refs/heads/cc" and result.size == 2
+    assert [e.id for e in repo.history("cc").refs()] == ["u1", "a1"]
+
+
+def test_a_transcript_file_may_end_in_half_a_record_but_jsonl_may_not(repo: Repository, tmp_path: Path) -> None:
+    """Claude Code may be writing the session still; a message file with a broken last line is refused."""
+    path = tmp_path / "live.jsonl"
+    path.write_text(json.dumps(_rec("u1", None, "user", "hi")) + "\n" + '{"uuid": "u2", "par')
+    assert import_file(repo, path, "cc").size == 1
+    with pytest.raises(InvalidInput, match="line 2"):
+        import_file(repo, io.StringIO('{"role": "user", "content": "a"}\n{"role": "us'), "main", format="jsonl")
+
+
+def test_import_result_says_what_the_import_did(repo: Repository) -> None:
+    result = import_file(repo, io.StringIO('[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]'),
+                         "main")
+    assert result.to_dict() == {"format": "json", "ref": "refs/heads/main", "revision": repo.head("main"),
+                                "size": 2, "entries": 2, "refs": {"refs/heads/main": repo.head("main")}}
+
+
+def _bad_utf8(tmp_path: Path) -> Path:
+    path = tmp_path / "latin1.json"
+    path.write_bytes('[{"role": "user", "content": "café"}]'.encode("latin-1"))
+    return path
+
+
+@pytest.mark.parametrize(("source", "fmt", "problem"), [
+    (lambda p: p / "missing.json", None, "no file"),
+    (lambda p: p, None, "cannot read"),  # a directory
+    (_bad_utf8, None, "not UTF-8"),
+    (lambda p: io.StringIO(""), None, "empty"),
+    (lambda p: io.StringIO("plain text"), None, "not JSON"),
+    (lambda p: io.StringIO("[1, 2"), None, "not JSON"),
+    (lambda p: io.StringIO("[" * 100_000), "json", "not JSON|too deeply"),
+    (lambda p: io.StringIO("[1, 2]"), None, "message 1 is not a JSON object"),
+    (lambda p: io.StringIO('{"messages": 5}'), "json", "list of messages"),
+    (lambda p: io.StringIO('"text"'), "json", "list of messages"),
+    (lambda p: io.StringIO("[]"), None, "no messages"),
+    (lambda p: io.StringIO('[{"role": 5, "content": "x"}]'), None, "message 1"),
+    (lambda p: io.StringIO('{"role": "user", "content": "a"}\n[1]\n'), "jsonl", "message 2"),
+    (lambda p: io.StringIO("[]"), "xml", "unknown import format"),
+    (lambda p: io.StringIO('{"entries": 1, "revisions": [], "head": "r"}'), None, "lists"),
+    (lambda p: io.StringIO('{"entries": [], "revisions": [{"id": "r"}], "head": "r"}'), None, "snapshot"),
+    (lambda p: io.StringIO('{"entries": [5], "revisions": [], "head": "r"}'), None, "snapshot"),
+    (lambda p: io.StringIO('{"entries": [], "revisions": [], "head": "nowhere"}'), None, "snapshot"),
+    (lambda p: io.StringIO('[1]'), "snapshot", "snapshot"),
+    (lambda p: io.StringIO('{"uuid": "u1", "type": "user", "message": "hi"}\n'), None, "no user or assistant"),
+    (lambda p: io.StringIO('{"uuid": "u1"}\n[1]\n{"uuid": "u2"}\n'), "claude", "record 2 is not a JSON object"),
+    (lambda p: io.StringIO('{"uuid": "u1", "type": "user", "message": {"role": "user", "content": NaN}}\n'),
+     "claude", "record u1"),
+])
+def test_bad_input_is_invalid_input_naming_the_problem(repo: Repository, tmp_path: Path, source: Any,
+                                                       fmt: str | None, problem: str) -> None:
+    """No other exception escapes an import; the repository is left as it was."""
+    with pytest.raises(InvalidInput, match=problem):
+        import_file(repo, source(tmp_path), "main", format=fmt)
+    assert repo.refs() == {}
+
+
+def test_records_that_are_not_json_data_are_invalid_input(repo: Repository) -> None:
+    record = _rec("u1", None, "user", [{"type": "text", "text": "hi", "extra": {1, 2}}])
+    with pytest.raises(InvalidInput, match="u1"):
+        import_claude_code(repo, [record], "cc")
+    with pytest.raises(InvalidInput, match="transcript record 1"):
+        import_claude_code(repo, ["not a record"], "cc")
+
+
+def test_parse_claude_code_gives_the_step_tree() -> None:
+    transcript = parse_claude_code(TRANSCRIPT)
+    assert transcript.session == "sess-1"
+    assert transcript.order[:4] == ["u1", "a1", "u2", "a3"]
+    joined = transcript.steps["a1"]
+    assert joined.uuids == ["a1", "a2"] and joined.parent == "u1" and joined.children == ["u2"]
+    assert transcript.steps["u1"].children == ["a1", "r1"]
+    assert (transcript.steps["b1"].kind, transcript.steps["c1"].kind) == ("boundary", "summary")
+
+
+def test_messages_with_a_value_that_cannot_be_stored_are_invalid_input(repo: Repository) -> None:
+    with pytest.raises(InvalidInput, match="message 1"):
+        import_messages(repo, "main", [{"role": "user", "content": float("nan")}])
+    assert repo.refs() == {}

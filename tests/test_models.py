@@ -10,7 +10,8 @@ import anthropic
 import httpx2
 import pytest
 
-from ctxstore.agents.models import GenerateResult, Model, Usage, anthropic_model
+from ctxstore.agents.anthropic import anthropic_model
+from ctxstore.agents.models import GenerateResult, Model, Usage
 from ctxstore.agents.offline import OfflineModel, offline_model, tool_call
 from ctxstore.errors import CtxStoreError, InvalidInput, ModelError
 from ctxstore.history.budget import cost_of
@@ -190,10 +191,12 @@ def test_anthropic_model_makes_no_client_until_used(monkeypatch: pytest.MonkeyPa
 
 
 def test_importing_ctxstore_does_not_import_anthropic() -> None:
+    """Not the package, the agents layer, the adapter module or the CLI: only calling anthropic_model does."""
     import subprocess
     import sys
 
-    code = "import sys, ctxstore, ctxstore.agents.loop, ctxstore.agents.strategies; print('anthropic' in sys.modules)"
+    code = ("import sys, ctxstore, ctxstore.agents.loop, ctxstore.agents.strategies, ctxstore.agents.anthropic, "
+            "ctxstore.cli; print('anthropic' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -275,3 +278,95 @@ def test_usage_adds_and_keeps_unreported_cache_figures_none() -> None:
     total = Usage(1, 2) + Usage(3, 4, cache_read_input_tokens=5)
     assert total == Usage(4, 6, 5, None)
     assert total.total_tokens == 10
+
+
+# Bad input: every refusal is InvalidInput (a CtxStoreError), raised before anything is sent --------
+
+
+def test_the_anthropic_adapter_refuses_malformed_requests_without_sending_one() -> None:
+    handler = Recorder()
+    model = anthropic_model(client=sdk_client(handler))
+    bad_requests: list[dict[str, Any]] = [
+        {"messages": "hello"},
+        {"messages": ["hello"]},
+        {"messages": [{"role": "user", "content": object()}]},
+        {"messages": [{"role": "user", "content": "q"}], "tools": [42]},
+        {"messages": [{"role": "user", "content": "q"}], "system": 7},
+        {"messages": [{"role": "user", "content": "q"}], "max_tokens": 0},
+        {"messages": [{"role": "user", "content": "q"}], "max_tokens": "many"},
+    ]
+    for request in bad_requests:
+        with pytest.raises(InvalidInput):
+            run(model.generate(**request))
+    with pytest.raises(InvalidInput):
+        run(model.count_tokens(42))  # type: ignore[arg-type]
+    assert handler.requests == []
+
+
+def test_anthropic_model_refuses_a_bad_model_id_or_token_limit() -> None:
+    for options in ({"model": ""}, {"model": 3}, {"max_tokens": 2.5}, {"max_tokens": True}):
+        with pytest.raises(InvalidInput):
+            anthropic_model(**options)
+
+
+def test_a_request_may_carry_sdk_objects_which_are_sent_as_plain_data() -> None:
+    handler = Recorder(httpx2.Response(200, json=reply([{"type": "text", "text": "ok"}])))
+    model = anthropic_model(client=sdk_client(handler))
+    block = anthropic.types.TextBlock(type="text", text="earlier answer")
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": [block]},
+                {"role": "user", "content": "and?"}]
+    run(model.generate(messages=messages))
+    assert handler.requests[0][1]["messages"][1] == {
+        "role": "assistant", "content": [{"type": "text", "text": "earlier answer"}]}
+
+
+def test_usage_of_refuses_figures_that_are_not_whole_numbers() -> None:
+    assert Usage.of({"input_tokens": 3.0, "output_tokens": 2}) == Usage(3, 2)
+    for figure in ("12", 1.5, True, [1], float("inf"), float("nan")):
+        with pytest.raises(InvalidInput):
+            Usage.of({"input_tokens": figure})
+
+
+def test_the_offline_model_refuses_bad_settings_when_made() -> None:
+    with pytest.raises(InvalidInput):
+        OfflineModel(script="hello")  # a str is not a list of replies
+    with pytest.raises(InvalidInput):
+        OfflineModel(script=[None])  # type: ignore[list-item]
+    for latency in (-1, float("nan"), float("inf"), "1"):
+        with pytest.raises(InvalidInput):
+            OfflineModel(latency=latency)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        OfflineModel(name="")
+
+
+def test_the_offline_model_refuses_malformed_requests_and_replies() -> None:
+    model = OfflineModel()
+    for messages in ("q", [42], [{"role": "user", "content": {1, 2}}]):
+        with pytest.raises(InvalidInput):
+            run(model.generate(messages=messages))  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput):
+            run(model.count_tokens(messages))  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        run(model.generate(messages=[{"role": "user", "content": "q"}], tools=["t"]))  # type: ignore[list-item]
+    with pytest.raises(InvalidInput):
+        run(model.generate(messages=[{"role": "user", "content": "q"}], system=["s"]))  # type: ignore[arg-type]
+    scripted = OfflineModel([{"role": "assistant", "content": ["not a block"]}, lambda request: 42])
+    with pytest.raises(InvalidInput):
+        run(scripted.generate(messages=[{"role": "user", "content": "q"}]))
+    with pytest.raises(InvalidInput):
+        run(scripted.generate(messages=[{"role": "user", "content": "q"}]))
+    for name, arguments in (("", {}), (3, {}), ("t", ["x"])):
+        with pytest.raises(InvalidInput):
+            tool_call(name, arguments)  # type: ignore[arg-type]
+
+
+def test_the_offline_model_answers_odd_but_json_shaped_messages() -> None:
+    """Content blocks it cannot read and schemas without properties do not break the default behaviour."""
+    model = OfflineModel()
+    odd = [{"role": "assistant", "content": ["stray", {"type": "tool_use", "id": ["x"], "name": "t"}]},
+           {"role": "user", "content": [{"type": "tool_result", "tool_use_id": {"a": 1}, "content": 5}]}]
+    assert run(model.generate(messages=odd)).text.startswith("tool returned")
+    tools = [{"name": "lookup", "input_schema": "loose"}, {"name": "find", "input_schema": {"properties": 3}}]
+    for name in ("lookup", "find"):
+        result = run(model.generate(messages=[{"role": "user", "content": f"{name} it"}], tools=tools))
+        assert result.tool_uses[0]["name"] == name and result.tool_uses[0]["input"] == {}

@@ -18,7 +18,8 @@ from ctxstore.format import codec, seq
 from ctxstore.format.codec import decode, encode
 from ctxstore.format.objects import Entry, Revision, SeqNode, encode_object, parse_object
 from ctxstore.ids import ObjectId, object_id
-from ctxstore.pack.stream import MAGIC, VERSION, missing_references, read_pack, verify_pack, write_pack
+from ctxstore.pack.staging import missing_references, verify_pack
+from ctxstore.pack.stream import MAGIC, VERSION, read_pack, write_pack
 from ctxstore.store.memory import MemoryStore
 
 # -- helpers ---------------------------------------------------------------------------------------------
@@ -193,6 +194,8 @@ def test_write_pack_refuses_a_wrong_count_a_duplicate_or_a_wrong_id() -> None:
         list(write_pack([objs[0], objs[0]], 2))
     with pytest.raises(InvalidInput):
         list(write_pack([(objs[1][0], objs[0][1])], 1))
+    with pytest.raises(InvalidInput, match="must be bytes"):
+        list(write_pack([(objs[0][0], objs[0][1].decode("latin-1"))], 1))  # type: ignore[list-item]
 
 
 # -- staging and connectivity ----------------------------------------------------------------------------
@@ -268,9 +271,10 @@ def test_bytes_after_the_trailer_are_refused() -> None:
 def test_a_wrong_magic_or_version_is_refused() -> None:
     good = section([encode({"a": 1})])
     assert "not a ctxstore pack" in str(refuses(craft(good, count=1, magic=b"PACK")))
-    assert "version 4" in str(refuses(craft(good, count=1, version=4)))
-    for old in (1, 2):
-        assert "format 1" in str(refuses(craft(good, count=1, version=old)))
+    for other in (0, 1, 2, 4, 255):
+        message = str(refuses(craft(good, count=1, version=other)))
+        assert f"pack version {other} is not supported" in message
+        assert f"pack version {VERSION} only" in message
 
 
 def test_a_wrong_count_is_refused() -> None:
@@ -445,14 +449,14 @@ def test_rebuildable_revisions_round_trip_to_the_same_objects() -> None:
     assert len(data) < len(pack_bytes(objects)) / 2
 
 
-def test_packs_of_the_format_1_versions_are_neither_read_nor_written() -> None:
+def test_packs_are_written_in_the_one_version_and_other_versions_are_not_read() -> None:
     objects, _ = chain(5)
-    for old in (1, 2):
-        with pytest.raises(InvalidInput, match="not one this ctxstore writes"):
-            b"".join(write_pack(objects, len(objects), version=old))
-        data = bytearray(b"".join(write_pack(objects, len(objects))))
+    data = bytearray(b"".join(write_pack(objects, len(objects))))
+    assert data[:4] == MAGIC and data[4] == VERSION == 3
+    assert [oid for oid, _ in read_pack(bytes(data))] == [oid for oid, _ in objects]
+    for old in (1, 2):  # the versions of repository format 1: refused like any other
         data[4] = old
-        assert "repository format 1" in str(refuses(bytes(data)))
+        assert f"pack version {old} is not supported" in str(refuses(bytes(data)))
 
 
 def test_write_pack_refuses_to_send_a_revision_that_is_not_an_append_rebuildable() -> None:

@@ -236,11 +236,11 @@ def test_revisions_made_in_one_millisecond_are_not_sent_twice(variant: int):
     """With every createdAt equal, the walk still stops at the common revisions, whatever the id order."""
     revisions = [{"id": "r0", "entryIds": [], "createdAt": 1000}]
     entries = []
-    for name, parent, ids in (("s", "r0", ["e0"]), ("a", "s", ["e0", "e1"]), ("b1", "s", ["e0", "e2"]),
-                              ("b2", "b1", ["e0", "e2", "e3"])):
-        new = ids[-1]
+    for name, parent, entry_ids in (("s", "r0", ["e0"]), ("a", "s", ["e0", "e1"]), ("b1", "s", ["e0", "e2"]),
+                                    ("b2", "b1", ["e0", "e2", "e3"])):
+        new = entry_ids[-1]
         entries.append({"id": new, "kind": "turn", "message": {"role": "user", "content": f"{new} v{variant}"}})
-        revisions.append({"id": name, "parent": parent, "entryIds": ids, "createdAt": 1000,
+        revisions.append({"id": name, "parent": parent, "entryIds": entry_ids, "createdAt": 1000,
                           "operation": {"type": "append", "entryIds": [new]}})
     store = MemoryStore()
     histories = {}

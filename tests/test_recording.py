@@ -20,7 +20,7 @@ from ctxstore.agents.strategies import (
     append_only_history_strategy,
     summarizing_history_strategy,
 )
-from ctxstore.errors import CtxStoreError, InvalidInput, ModelError, StoreError
+from ctxstore.errors import CtxStoreError, InvalidInput, ModelError, NonFastForward, RefMoved, StoreError
 from ctxstore.history.message_history import MessageHistory
 
 MODEL = OfflineModel()
@@ -73,8 +73,8 @@ def test_every_append_of_an_agent_run_is_a_revision_on_the_ref(repo: Repository)
     assert [m["role"] for m in stored] == ["user", "assistant", "user", "assistant"]
     assert stored[2]["content"][0]["content"] == "sunny in Oslo"
     revisions = list(repo.iter_revisions("support"))
-    assert [rev.operation["type"] for _, rev in revisions[:-1]] == ["append"] * 4
-    assert revisions[-1][1].operation is None  # the root
+    assert [rev.operation["type"] for rev in revisions[:-1]] == ["append"] * 4
+    assert revisions[-1].operation is None  # the root
     messages = [e.message for e in reversed(repo.reflog("support"))]
     assert messages[0].startswith(f"append ({result.run_id} step 0)")
     assert len(messages) == 4
@@ -154,7 +154,7 @@ def test_compaction_commits_a_summary_revision_and_restore_gives_every_original(
     stored = repo.history("main")
     kinds = [e.kind for e in stored.refs()]
     assert "summary" in kinds
-    summary_revisions = [rev for _, rev in repo.iter_revisions("main")
+    summary_revisions = [rev for rev in repo.iter_revisions("main")
                          if rev.operation and rev.operation["type"] == "edit"]
     assert summary_revisions
     assert stored.size < len(originals)
@@ -230,19 +230,22 @@ def test_a_ref_that_keeps_moving_gives_up_after_the_retries_with_nothing_lost(re
     strategy = repository_history_strategy(repo, "main", retries=2)
     original = repo.commit
 
-    def racing_commit(ref: str, history: MessageHistory, **kwargs: Any) -> str:
+    def racing_commit(ref: str, history: MessageHistory, **kwargs: Any) -> Any:
         original("main", repo.history("main").append(user("someone else")))  # another writer wins
         return original(ref, history, **kwargs)
 
     repo.commit = racing_commit  # type: ignore[method-assign]
     try:
-        with pytest.raises(StoreError, match="kept moving") as caught:
+        with pytest.raises(RefMoved, match="kept moving") as caught:
             run(strategy.on_append(user("mine"), APPEND))
     finally:
         del repo.commit
     assert isinstance(caught.value, CtxStoreError)
+    assert isinstance(caught.value, NonFastForward)  # what rebasing handlers already catch
+    assert not isinstance(caught.value, StoreError)  # a lost race, not a storage failure
+    assert caught.value.ref == strategy.ref and caught.value.current == repo.head("main")
     assert "mine" in texts(strategy.history.render())
-    strategy.commit()
+    assert strategy.commit() == repo.head("main") == strategy.head  # the new head, in hex
     assert "mine" in texts(repo.history("main").render())
 
 
@@ -253,6 +256,16 @@ def test_bad_arguments_are_refused(repo: Repository) -> None:
         repository_history_strategy(repo, "main", object())  # type: ignore[arg-type]
     with pytest.raises(CtxStoreError):
         repository_history_strategy(repo, "bad..name")
+    with pytest.raises(InvalidInput):
+        repository_history_strategy(repo, "main", retries=True)
+    with pytest.raises(InvalidInput):
+        repository_history_strategy(object(), "main")  # type: ignore[arg-type]
+    with pytest.raises(CtxStoreError):
+        repository_history_strategy(repo, 42)  # type: ignore[arg-type]
+    loose = append_only_history_strategy()
+    loose.history = [user("a")]  # type: ignore[assignment]
+    with pytest.raises(InvalidInput, match="MessageHistory"):
+        repository_history_strategy(repo, "main", loose)
     assert repo.refs() == {}
 
 

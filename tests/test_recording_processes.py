@@ -105,7 +105,7 @@ def test_a_run_with_a_tool_resumes_in_a_new_process_and_the_log_shows_it(tmp_pat
     with Repository.open(path) as repo:
         assert repo.head("support") == two["head"]
         assert texts(repo.history("support").render()) == [*texts(two["seen"]), two["text"]]
-        revision_ids = [rid for rid, _ in repo.iter_revisions("support")]
+        revision_ids = [rev.id for rev in repo.iter_revisions("support")]
     assert one["head"] in revision_ids
 
     from ctxstore.cli import cli

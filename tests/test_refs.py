@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from ctxstore import ids
 from ctxstore.errors import InvalidRefName, MissingObject, NonFastForward, UnknownRef
 from ctxstore.format import codec
-from ctxstore.refs import ANY, ReflogEntry, Refs, check_ref_name, default_ref_name, is_valid_ref_name, ref_candidates
+from ctxstore.refs import ANY, ReflogRecord, Refs, check_ref_name, default_ref_name, is_valid_ref_name, ref_candidates
 from ctxstore.store import MemoryStore, TransactionalStore
 from ctxstore.store.lmdb import LmdbStore
 
@@ -196,8 +196,8 @@ def test_forced_set_records_the_old_head(refs: Refs) -> None:
 
 
 def test_reflog_entries_round_trip() -> None:
-    entry = ReflogEntry(None, obj(1)[0], 123, "hello")
-    assert ReflogEntry.decode(entry.encode()) == entry
+    entry = ReflogRecord(None, obj(1)[0], 123, "hello")
+    assert ReflogRecord.decode(entry.encode()) == entry
     assert ANY is not None
 
 
@@ -234,3 +234,32 @@ def test_eight_processes_incrementing_one_ref_lose_no_update(tmp_path: Path) -> 
         refs = Refs(store)
         assert codec.decode(store.get(refs["counter"]))["n"] == 320
         assert len(refs.reflog("counter")) == 320
+
+
+def test_a_lost_compare_and_swap_is_a_ref_moved_that_is_also_a_non_fast_forward(refs: Refs) -> None:
+    """set_if_equals losing to another writer raises RefMoved, the retryable NonFastForward."""
+    from ctxstore.errors import RefMoved
+
+    refs.set_if_equals("main", None, obj(1)[0], objects=[obj(1)])
+    with pytest.raises(RefMoved) as info:
+        refs.set_if_equals("main", obj(2)[0], obj(1)[0], objects=[obj(2)])
+    assert isinstance(info.value, NonFastForward) and info.value.current == ids.to_hex(obj(1)[0])
+
+
+def test_a_damaged_reflog_record_is_damaged_data_not_a_store_error(refs: Refs, store: TransactionalStore) -> None:
+    """Undecodable reflog bytes are DamagedData (an InvalidObject): the engine did not fail."""
+    from ctxstore.errors import DamagedData, InvalidObject, StoreError
+
+    refs.set_if_equals("main", None, obj(1)[0], objects=[obj(1)])
+    with store.transaction(write=True) as txn:
+        txn.append_reflog("refs/heads/main", b"\xff not cbor")
+    with pytest.raises(DamagedData) as info:
+        refs.reflog("main")
+    assert isinstance(info.value, InvalidObject) and not isinstance(info.value, StoreError)
+
+
+def test_a_negative_reflog_limit_is_invalid_input(refs: Refs) -> None:
+    from ctxstore.errors import InvalidInput
+
+    with pytest.raises(InvalidInput):
+        refs.reflog("main", -1)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxstore import Repository
+from ctxstore import CommitResult, Repository
 from ctxstore.errors import (
     InvalidInput,
     InvalidRefName,
@@ -78,11 +78,11 @@ def test_unborn_ref_gives_an_empty_history(repo: Repository) -> None:
 
 def test_commit_moves_the_ref_and_writes_only_missing_objects(repo: Repository) -> None:
     first = repo.history("main").append(msg("hello"))
-    assert repo.commit("main", first) == "refs/heads/main"
+    assert repo.commit("main", first) == CommitResult("refs/heads/main", None, first.revision_id)
     held = set(repo.store)
     second = repo.history("main").append(msg("again"))
     made = {oid for oid, _ in second.workspace.pending()}
-    repo.commit("main", second)
+    assert repo.commit("main", second) == CommitResult("refs/heads/main", first.revision_id, second.revision_id)
     assert repo.head("main") == second.revision_id
     # One entry and one revision, whose spine holds the rewritten leaf, and the nodes the append closed
     # (the first leaf, when it ended at a cut, in 1 of 32): what the history made is stored, and only
@@ -140,7 +140,7 @@ def test_force_moves_the_ref_and_keeps_the_old_head_in_the_reflog(repo: Reposito
     repo.commit("main", other, force=True)
     assert repo.head("main") == other.revision_id
     log = repo.reflog("main")
-    assert old is not None and log[0].old == from_hex(old) and log[0].new == from_hex(other.revision_id)
+    assert old is not None and log[0].old == old and log[0].new == other.revision_id
     assert repo.fsck().ok and repo.fsck().reachable >= 1
 
 
@@ -168,14 +168,16 @@ def test_commit_many_moves_every_ref_or_none(repo: Repository) -> None:
         repo.commit_many({"a": a, "b": stale})
     assert repo.head("a") is None
     fork = repo.history("b").fork()
-    assert repo.commit_many({"a": a, "c": fork}) == ["refs/heads/a", "refs/heads/c"]
+    assert repo.commit_many({"a": a, "c": fork}) == [CommitResult("refs/heads/a", None, a.revision_id),
+                                                      CommitResult("refs/heads/c", None, fork.revision_id)]
     assert set(repo.refs()) == {"refs/heads/a", "refs/heads/b", "refs/heads/c"}
 
 
 def test_append_rebases_until_it_lands(repo: Repository) -> None:
-    head = repo.append("main", [msg("one")])
-    assert repo.head("main") == head
-    repo.append("main", [msg("two"), msg("three")])
+    first = repo.append("main", [msg("one")])
+    assert first.ref == "refs/heads/main" and first.old is None and repo.head("main") == first.new
+    second = repo.append("main", [msg("two"), msg("three")])
+    assert second.old == first.new and repo.head("main") == second.new
     assert [m["content"] for m in repo.history("main").render()] == ["one", "two", "three"]
 
 
@@ -457,3 +459,59 @@ def test_a_commit_stamps_what_it_writes_and_leaves_held_objects_of_a_foreign_his
     repo.commit("b", local)
     assert all(repo.store.written_at(oid) == clock.now for oid in made)
     assert repo.history("b").size == 22
+
+
+# -- errors mean one thing each -------------------------------------------------------------------
+
+def test_a_wrong_kind_of_object_where_a_node_belongs_is_damaged_data(repo: Repository) -> None:
+    """diff over a tree whose node id names an entry reports damage (DamagedData), not a StoreError."""
+    from ctxstore.errors import DamagedData, StoreError
+    from ctxstore.format import seq
+
+    entries = [{"id": f"e{i}", "message": msg(str(i) * 50)} for i in range(400)]
+    base = repo.history("main").extend(entries)
+    repo.commit("main", base)
+    repo.commit("other", base.edit([{"op": "remove", "id": "e0"}]))  # rewrites the first subtree
+    rev = parse_object(repo.store.get(from_hex(base.revision_id)))
+    node_ids = [oid for oid, _ in seq.subtrees(rev.seq)]  # type: ignore[attr-defined]
+    assert node_ids, "the view should have stored nodes left of its spine"
+    [(_, entry_oid)] = _entry_oids(repo, repo.history("main"))[:1]
+    repo.store.delete_many([node_ids[0]])
+    repo.store.put_many([(node_ids[0], repo.store.get(entry_oid))])  # an entry's bytes under a node's id
+    with pytest.raises(DamagedData) as info:
+        repo.diff("main", "other")
+    assert not isinstance(info.value, StoreError) and "fsck" in str(info.value)
+
+
+def test_an_unset_config_key_is_unknown_setting_and_a_damaged_remote_list_is_damaged_data(
+        repo: Repository) -> None:
+    from ctxstore.errors import DamagedData, UnknownSetting
+
+    with pytest.raises(UnknownSetting):
+        repo.config["nothing.here"]
+    with pytest.raises(KeyError):  # UnknownSetting is also a KeyError
+        repo.config["nothing.here"]
+    with repo.store.transaction(write=True) as txn:
+        txn.set_config("remote.names", b"42")
+    with pytest.raises(DamagedData):
+        repo.remotes()
+
+
+def test_append_that_keeps_losing_raises_ref_moved(repo: Repository, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When another writer wins every race, append gives up with the retryable RefMoved."""
+    from ctxstore.errors import RefMoved
+    from ctxstore.repo import commit as commit_module
+
+    repo.append("main", [msg("base")])
+    real = commit_module.commit_many
+
+    def racing(store: Any, lineage: Any, updates: Any, **kw: Any) -> Any:
+        theirs = repo.history("main").append(msg("theirs"))
+        real(store, lineage, {"main": theirs})  # another writer moves main first, every time
+        return real(store, lineage, updates, **kw)
+
+    monkeypatch.setattr(commit_module, "commit_many", racing)
+    with pytest.raises(RefMoved):
+        repo.append("main", [msg("mine")], retries=3)
+    monkeypatch.undo()
+    assert [m["content"] for m in repo.history("main").render()] == ["base"] + ["theirs"] * 3

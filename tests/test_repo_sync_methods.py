@@ -23,9 +23,8 @@ def test_changes_since_is_a_pack_that_unpacks_to_the_same_view(tmp_path: Path):
     base = src.resolve("main")
     src.append("main", [{"role": "assistant", "content": "three"}])
     dst = Repository.init(tmp_path / "dst")
-    dst.unpack(io.BytesIO(b"".join(src.pack("main"))), {"refs/heads/main": (None, bytes.fromhex(base))})
-    dst.unpack(src.changes_since("main", base),
-               {"refs/heads/main": (bytes.fromhex(base), bytes.fromhex(src.resolve("main")))})
+    dst.unpack(io.BytesIO(b"".join(src.pack("main"))), {"refs/heads/main": (None, base)})
+    dst.unpack(src.changes_since("main", base), {"refs/heads/main": (base, src.resolve("main"))})
     assert dst.history("main").render() == src.history("main").render()
     assert dst.fsck().ok
 
@@ -38,7 +37,7 @@ def test_unpack_of_a_corrupt_pack_changes_nothing(tmp_path: Path):
     dst = _repo(tmp_path / "dst", "mine")
     before = dst.refs()
     with pytest.raises(BadPack):
-        dst.unpack(io.BytesIO(bytes(data)), {"refs/heads/other": (None, bytes.fromhex(src.resolve("main")))})
+        dst.unpack(io.BytesIO(bytes(data)), {"refs/heads/other": (None, src.resolve("main"))})
     assert dst.refs() == before
 
 

@@ -1,4 +1,4 @@
-"""The LMDB store's record layout: half-length keys, write times in values, and stores of the old layout."""
+"""The LMDB store's record layout: half-length keys, write times in values, and the old layout refused."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import lmdb
 import pytest
 
 from ctxstore import Repository, ids
-from ctxstore.errors import MissingObject, StoreError
+from ctxstore.errors import MissingObject, NotARepository, StoreError
 from ctxstore.format import codec
-from ctxstore.store.lmdb import KEY_SIZE, LmdbStore
+from ctxstore.store.lmdb import LmdbStore
+from ctxstore.store.records import DATABASES, KEY_SIZE, OLD_DATABASES
 
 
 def chat(i: int) -> tuple[ids.ObjectId, bytes]:
@@ -100,37 +101,42 @@ def test_ids_that_are_mostly_other_ids_are_stored_raw_and_read_back(tmp_path: Pa
         assert store.stats().object_bytes == len(inner) + len(small) + len(leaf)
 
 
-def test_a_store_of_the_old_layout_reads_writes_and_collects_in_place(tmp_path: Path) -> None:
-    clock = Clock()
-    old = [chat(i) for i in range(10)]
-    write_old_layout(tmp_path / "s", old, when=clock.now - 1000)
-    # Read-only first: the `objs` database does not exist yet and cannot be created.
-    with LmdbStore(tmp_path / "s", readonly=True) as store:
-        assert len(store) == 10 and sorted(store) == sorted(oid for oid, _ in old)
-        assert store.get(old[3][0]) == old[3][1]
-        assert store.written_at(old[3][0]) == clock.now - 1000
-        assert store.stats().objects == 10
-    with LmdbStore(tmp_path / "s", durable=False, clock=clock) as store:
-        new = [chat(i) for i in range(10, 15)]
-        store.put_many([*new, old[0]])  # rewriting an old object refreshes its time where it is
-        assert len(store) == 15
-        assert store.written_at(old[0][0]) == clock.now
-        assert store.written_at(old[1][0]) == clock.now - 1000
-        assert sorted(store) == sorted(oid for oid, _ in old + new)
-        assert all(store.get(oid) == data for oid, data in old + new)
-        assert store.delete_many([old[2][0], new[0][0]]) == 2
-        assert not store.has(old[2][0]) and not store.has(new[0][0]) and len(store) == 13
+def test_a_new_store_has_exactly_the_databases_of_the_layout(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path / "s", durable=False) as store:
+        store.put_many([chat(1)])
+        with store.transaction(write=True) as txn:
+            txn.set_ref("refs/heads/main", chat(1)[0])
+            txn.append_reflog("refs/heads/main", b"r")
+            txn.set_config("k", b"v")
     dbs = raw_databases(tmp_path / "s")
-    assert len(dbs[b"objects"]) == 9 and len(dbs[b"times"]) == 9 and len(dbs[b"objs"]) == 4
-    assert dbs[b"times"][old[0][0]] == clock.now.to_bytes(8, "big")
+    assert set(dbs) == set(DATABASES) and not set(dbs) & set(OLD_DATABASES)
+    assert dbs[b"refs"] == {b"refs/heads/main": chat(1)[0]}
+    assert dbs[b"reflog"] == {b"refs/heads/main\x00" + bytes(8): b"r"}
+    assert dbs[b"config"] == {b"k": b"v"}
 
 
-def test_a_repository_over_the_old_layout_commits_and_stays_sound(tmp_path: Path) -> None:
+def test_a_store_of_the_old_layout_is_refused_clearly_and_left_as_it_is(tmp_path: Path) -> None:
+    old = [chat(i) for i in range(10)]
+    write_old_layout(tmp_path / "s", old, when=1)
+    before = raw_databases(tmp_path / "s")
+    for readonly in (True, False):
+        with pytest.raises(NotARepository, match=r"old layout.*objects, times.*does not read"):
+            LmdbStore(tmp_path / "s", readonly=readonly)
+    assert raw_databases(tmp_path / "s") == before
+    # Refused on open, the path is not left half-open: a fresh store can take its place.
+    for name in ("data.mdb", "lock.mdb"):
+        (tmp_path / "s" / name).unlink()
+    with LmdbStore(tmp_path / "s", durable=False) as store:
+        store.put_many(old)
+        assert sorted(store) == sorted(oid for oid, _ in old)
+
+
+def test_a_repository_over_the_old_layout_is_refused_on_open(tmp_path: Path) -> None:
     with Repository.init(tmp_path / "r", durable=False) as repo:
         history = repo.history("main").extend([{"role": "user", "content": f"m{i}"} for i in range(50)])
         repo.commit("main", history)
         head = history.revision_id
-    # Rewrite its store in the old layout, ref and all, then keep working on it.
+    # Rewrite its store in the old layout, ref and all.
     db = tmp_path / "r" / "db"
     dbs = raw_databases(db)
     objects = [(ids.ObjectId(k + v[6:22]), codec.decompress(v[22:])) for k, v in dbs[b"objs"].items()]
@@ -141,11 +147,5 @@ def test_a_repository_over_the_old_layout_commits_and_stays_sound(tmp_path: Path
     with env.begin(write=True) as txn:
         txn.put(b"refs/heads/main", bytes.fromhex(head), db=env.open_db(b"refs", txn=txn))
     env.close()
-    with Repository.open(tmp_path / "r") as repo:
-        history = repo.history("main")
-        assert history.size == 50
-        repo.commit("main", history.append({"role": "user", "content": "after"}))
-        assert repo.history("main").render()[-1]["content"] == "after"
-        assert repo.fsck().ok
-        report = repo.gc(grace=0)
-        assert report.deleted == 0 and repo.fsck().ok
+    with pytest.raises(NotARepository, match="old layout"):
+        Repository.open(tmp_path / "r")

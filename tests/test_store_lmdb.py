@@ -159,7 +159,7 @@ def test_durability_modes_and_sync(tmp_path: Path) -> None:
 def test_a_durable_store_on_an_environment_opened_non_durable_still_syncs(tmp_path: Path) -> None:
     synced: list[bool] = []
     with LmdbStore(tmp_path / "s", durable=False) as fast, LmdbStore(tmp_path / "s") as safe:
-        env = safe._handle()
+        env = safe.environment
         original = env.sync
         env.sync = lambda: (synced.append(True), original())[1]  # type: ignore[method-assign]
         fast.put_many([chat(1)])
@@ -171,7 +171,7 @@ def test_a_durable_store_on_an_environment_opened_non_durable_still_syncs(tmp_pa
 def test_stores_on_one_path_share_one_environment_until_the_last_closes(tmp_path: Path) -> None:
     a = LmdbStore(tmp_path / "s")
     b = LmdbStore(tmp_path / "s")
-    assert a._handle() is b._handle()
+    assert a.environment is b.environment
     a.put_many([chat(1)])
     a.close()
     assert b.get(chat(1)[0]) == chat(1)[1]
@@ -256,7 +256,7 @@ def test_stale_reader_slots_of_dead_processes_are_cleared_on_open(tmp_path: Path
         assert dying.exitcode == -signal.SIGKILL
 
         def reader_pids() -> list[str]:
-            table = store._handle().env.readers().splitlines()[1:]
+            table = store.environment.env.readers().splitlines()[1:]
             return [line.split()[0] for line in table if line.strip()]
 
         assert str(dying.pid) in reader_pids()

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from ctxstore.agents.anthropic import anthropic_model
 from ctxstore.agents.loop import Agent
-from ctxstore.agents.models import anthropic_model
 from ctxstore.agents.offline import OfflineModel
 from ctxstore.agents.signals import Signal, abortable, signal_history_strategy
 from ctxstore.agents.strategies import (
@@ -388,3 +388,69 @@ def test_api_messages_merges_same_role_neighbours_with_tool_results_first() -> N
     merged = api_messages([user("a"), {"role": "user", "content": [result]}, assistant("b")])
     assert merged == [{"role": "user", "content": [result, {"type": "text", "text": "a"}]}, assistant("b")]
     assert api_messages([user("a"), assistant("b")]) == [user("a"), assistant("b")]
+
+
+# Bad input -----------------------------------------------------------------------------------------
+
+
+def test_strategies_refuse_bad_models_memory_stores_histories_and_prompts() -> None:
+    model = OfflineModel()
+    with pytest.raises(InvalidInput):
+        summarizing_history_strategy(model=object(), trigger_tokens=0, keep_recent=0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        summarizing_history_strategy(model=model, trigger_tokens=True, keep_recent=0)
+    with pytest.raises(InvalidInput):
+        summarizing_history_strategy(model=model, trigger_tokens=0, keep_recent=0,
+                                     memory_store=object())  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        append_only_history_strategy([user("a")])  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        selective_summary_history_strategy(model=model, selector=lambda h: [], summary_prompt="")
+    with pytest.raises(InvalidInput):
+        selective_summary_history_strategy(model=model, selector=lambda h: [],
+                                           summary_prompt=3)  # type: ignore[arg-type]
+
+
+def test_a_selector_that_returns_no_entry_ids_is_bad_input() -> None:
+    history = history_of(user("a"), assistant("b"))
+    first = history.refs()[0].id
+    for chosen in (first, 42, [1, 2], {"id": first}):
+        strategy = selective_summary_history_strategy(model=OfflineModel(), selector=lambda h, c=chosen: c,
+                                                      summary_prompt="Summarize:", history=history)
+        with pytest.raises(InvalidInput, match="selector"):
+            run(strategy.on_read(READ))
+        assert strategy.history is history
+
+
+def test_summarizing_json_content_that_is_not_api_content_is_bad_input() -> None:
+    """A stored message whose content is JSON but not text or blocks: InvalidInput, and no model call."""
+    model = OfflineModel()
+    odd = history_of(user("a"), {"role": "assistant", "content": ["loose", "strings"]}, assistant("b"), user("c"))
+    strategy = summarizing_history_strategy(model=model, trigger_tokens=0, keep_recent=1, history=odd)
+    with pytest.raises(InvalidInput):
+        run(strategy.on_read(READ))
+    assert model.requests == [] and strategy.history is odd
+
+
+def test_summarizing_tool_results_with_any_json_content() -> None:
+    use = {"type": "tool_use", "id": "t1", "name": "count", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": 7}
+    history = history_of(user("go"), {"role": "assistant", "content": [use]}, {"role": "user", "content": [result]},
+                         assistant("seven"), user("next"))
+    model = OfflineModel()
+    strategy = summarizing_history_strategy(model=model, trigger_tokens=0, keep_recent=1, history=history)
+    run(strategy.on_read(READ))
+    assert "[tool result: 7]" in model.requests[0].messages[0]["content"]
+    assert strategy.history.refs()[0].kind == "summary"
+
+
+def test_api_messages_refuses_what_is_not_a_message_list() -> None:
+    for messages in ([42], [{"role": "user", "content": 5}], [{"role": "user", "content": ["x"]}],
+                     [{"role": "user", "content": object()}], "user: hi"):
+        with pytest.raises(InvalidInput):
+            api_messages(messages)  # type: ignore[arg-type]
+
+
+def test_signal_history_strategy_refuses_what_is_not_a_strategy() -> None:
+    with pytest.raises(InvalidInput):
+        signal_history_strategy(object())

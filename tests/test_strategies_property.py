@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 from typing import Any
@@ -140,3 +141,46 @@ def test_selective_keeps_pairs_originals_and_summaries(
     strategy = selective_summary_history_strategy(model=OfflineModel(), selector=selector,
                                                   summary_prompt="Condense these.", memory_store=memory)
     asyncio.run(drive(strategy, conversation, reads, memory, in_order=contiguous))
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=False, allow_infinity=False) | WORDS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["type", "text", "id", "name", "input", "tool_use_id", "content", "is_error"]), inner,
+        max_size=4),
+    max_leaves=12,
+)
+BLOCK = st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "tool_use", "tool_result", "image", 3])},
+    optional={"text": JSON, "id": JSON, "name": JSON, "input": JSON, "tool_use_id": JSON, "content": JSON},
+)
+MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant"])},
+    optional={"content": st.one_of(WORDS, st.lists(BLOCK, max_size=3), JSON)},
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=st.lists(MESSAGE, min_size=1, max_size=6), trigger=st.integers(0, 40),
+       keep=st.integers(0, 3), selective=st.booleans())
+def test_any_json_shaped_history_reads_or_fails_with_a_ctxstore_error(
+    messages: list[dict[str, Any]], trigger: int, keep: int, selective: bool
+) -> None:
+    """Whatever JSON a stored conversation holds, a read and a model request succeed or raise CtxStoreError."""
+    from ctxstore.agents.loop import Agent
+    from ctxstore.errors import CtxStoreError
+    from ctxstore.history.message_history import MessageHistory
+
+    history = MessageHistory().extend(messages)
+    model = OfflineModel()
+    strategy: Any
+    if selective:
+        strategy = selective_summary_history_strategy(
+            model=model, selector=lambda h: [e.id for e in h.refs()][:2], summary_prompt="Condense these.",
+            history=history)
+    else:
+        strategy = summarizing_history_strategy(model=model, trigger_tokens=trigger, keep_recent=keep,
+                                                history=history)
+    with contextlib.suppress(CtxStoreError):
+        asyncio.run(Agent(model, history=strategy, max_steps=2).generate("go on"))
+    assert strategy.history.restore()[: len(messages)] == history.restore()

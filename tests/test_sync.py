@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 
 from ctxstore import Repository, sync
-from ctxstore.errors import NonFastForward, UnknownRef
+from ctxstore.errors import InvalidInput, NonFastForward, RefMoved, RemoteError, SyncError, UnknownRef
+from ctxstore.ids import OID_SIZE, from_hex
+from ctxstore.pack.plan import pack
+from ctxstore.sync.protocol import Advertisement, RefUpdate, decode_error, encode_error
 from ctxstore.sync.transport import LocalTransport, StdioTransport, ssh_command
 
 SERVE = [sys.executable, "-m", "ctxstore.cli", "serve", "--stdio"]
@@ -123,18 +126,15 @@ def test_divergent_push_is_refused_and_server_unchanged(hub, mine):
 
 def test_server_refuses_non_fast_forward_even_from_a_lying_client(hub, mine):
     """The server checks ancestry itself: a client claiming ff for a divergent head is refused."""
-    from ctxstore.ids import from_hex
-    from ctxstore.pack.plan import pack
-    from ctxstore.sync.protocol import RefUpdate
-
     hub.append("main", [{"role": "user", "content": "theirs"}])
     mine.append("main", [{"role": "user", "content": "ours"}])
-    current = from_hex(hub.head("main"))
-    new = from_hex(mine.head("main"))
+    current = hub.head("main")
+    new = mine.head("main")
     before = _state(hub)
     transport = LocalTransport(hub.path)
     with pytest.raises(NonFastForward):
-        transport.push([RefUpdate("refs/heads/main", current, new, "ff")], pack(mine.store, [new], []))
+        transport.push([RefUpdate("refs/heads/main", current, new, "ff")],
+                       pack(mine.store, [from_hex(new)], []))
     transport.close()
     assert _state(hub) == before
 
@@ -217,3 +217,144 @@ eval "$*"
     repo = sync.clone(url, tmp_path / "over-ssh")
     assert _msgs(repo) == ["hello"]
     repo.close()
+
+
+def _is_hex_id(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 2 * OID_SIZE and from_hex(value).hex() == value
+
+
+def test_sync_results_spell_every_id_in_hex_and_keep_their_json_keys(hub, mine):
+    """fetch, pull and push results carry hex ids (never raw bytes), and to_dict keeps its camelCase keys."""
+    hub.append("main", [{"role": "user", "content": "theirs"}])
+    fetched = sync.fetch(mine, "origin")
+    assert fetched.updated == {"refs/remotes/origin/main": hub.head("main")}
+    assert all(_is_hex_id(v) for v in fetched.updated.values())
+    assert list(fetched.to_dict()) == ["remote", "updated", "objects", "newObjects", "bytes", "roundTrips"]
+    old = mine.head("main")
+    pulled = sync.pull(mine, "origin", "main")
+    assert (pulled.old, pulled.new) == (old, hub.head("main")) and _is_hex_id(pulled.new)
+    assert list(pulled.to_dict()) == ["ref", "old", "new", "how", "fetch"]
+    assert pulled.to_dict()["fetch"]["remote"] == "origin"
+    mine.append("main", [{"role": "user", "content": "ours"}])
+    pushed = sync.push(mine, "origin", ["main"])
+    assert pushed.updated == {"refs/heads/main": mine.head("main")} == {"refs/heads/main": hub.head("main")}
+    assert list(pushed.to_dict()) == ["remote", "updated", "objects", "bytes"]
+
+
+def test_advertisement_and_ref_updates_are_hex_and_travel_raw():
+    """The protocol's types speak hex; only their wire messages carry the 32-byte ids."""
+    a, b = "ab" * 32, "cd" * 32
+    update = RefUpdate("refs/heads/main", a, b, "lease")
+    message = update.to_message()
+    assert message["old"] == bytes.fromhex(a) and message["new"] == bytes.fromhex(b)
+    assert RefUpdate.from_message(message) == update
+    assert RefUpdate.from_message({**message, "old": None}).old is None
+    advert = Advertisement({"refs/heads/main": a})
+    assert advert.to_message()["refs"] == {"refs/heads/main": bytes.fromhex(a)}
+    assert Advertisement.from_message(advert.to_message(), "hub") == advert
+    with pytest.raises(InvalidInput):
+        RefUpdate.from_message({**message, "ref": 7})
+    with pytest.raises(RemoteError, match="malformed advertisement"):
+        Advertisement.from_message({"refs": {"refs/heads/main": a}}, "hub")
+
+
+def test_a_lost_race_crosses_the_wire_as_ref_moved():
+    """The server's RefMoved (a compare-and-swap lost to another writer) arrives as RefMoved, fields kept."""
+    error = decode_error(encode_error(RefMoved("moved", ref="refs/heads/main", current="ab" * 32,
+                                               expected="cd" * 32)), "hub")
+    assert type(error) is RefMoved
+    assert (error.ref, error.current, error.expected) == ("refs/heads/main", "ab" * 32, "cd" * 32)
+    assert type(decode_error(encode_error(NonFastForward("no", ref="r")), "hub")) is NonFastForward
+    assert type(decode_error({"error": {"type": "ValueError", "message": "x"}}, "hub")) is RemoteError
+
+
+class StaleTransport(CountingTransport):
+    """Advertises, then lets another writer move the hub's main before the push lands."""
+
+    def __init__(self, path: Path, hub: Repository) -> None:
+        super().__init__(path)
+        self.hub = hub
+
+    def advertise(self) -> Any:
+        advert = self.inner.advertise()
+        self.hub.append("main", [{"role": "user", "content": "raced in"}])
+        return advert
+
+
+def test_a_push_that_loses_the_race_raises_ref_moved_and_changes_nothing(hub, mine, tmp_path):
+    """The remote ref moved between the advertisement and the push: RefMoved, retryable after a pull."""
+    mine.append("main", [{"role": "user", "content": "ours"}])
+    transport = StaleTransport(hub.path, hub)
+    try:
+        with pytest.raises(RefMoved) as caught:
+            sync.push(mine, "origin", ["main"], transport=transport)
+    finally:
+        transport.close()
+    assert caught.value.current == hub.head("main") and "raced in" in _msgs(hub)[-1]
+    assert "ours" not in _msgs(hub)
+    sync.pull(mine, "origin", "main", rebase=True)
+    sync.push(mine, "origin", ["main"])
+    assert _msgs(hub) == ["hello", "raced in", "ours"]
+
+
+def test_a_lease_that_is_not_a_hex_id_is_invalid_input(hub, mine):
+    mine.append("main", [{"role": "user", "content": "ours"}])
+    for bad in ("main", b"\x00" * 32, 7):
+        with pytest.raises(InvalidInput):
+            sync.push(mine, "origin", ["main"], expect={"main": bad})  # type: ignore[dict-item]
+
+
+def test_a_stdio_server_that_dies_or_never_starts_is_a_sync_error(tmp_path):
+    """A peer that exits before speaking is a RemoteError; a command that cannot run is a SyncError."""
+    conn = StdioTransport([sys.executable, "-c", "pass"])
+    try:
+        with pytest.raises(RemoteError, match="connection closed"):
+            conn.advertise()
+    finally:
+        conn.close()
+    with pytest.raises(SyncError, match="cannot start"):
+        StdioTransport([str(tmp_path / "no-such-command")])
+
+
+def test_cli_fetch_pull_push_print_hex_ids_under_the_same_json_keys(hub, tmp_path):
+    """The CLI's sync commands print each result's to_dict(): camelCase keys, hex ids."""
+    import json
+
+    from click.testing import CliRunner
+
+    from ctxstore.cli import cli
+
+    runner = CliRunner()
+    where = tmp_path / "work"
+    cloned = runner.invoke(cli, ["clone", str(hub.path), str(where)])
+    assert cloned.exit_code == 0, cloned.output
+    hub.append("main", [{"role": "user", "content": "theirs"}])
+
+    def run(*args: str) -> Any:
+        result = runner.invoke(cli, ["-C", str(where), *args])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout[result.stdout.index("{"):])
+
+    fetched = run("fetch", "origin")
+    assert fetched["updated"] == {"refs/remotes/origin/main": hub.head("main")} and fetched["roundTrips"] == 2
+    pulled = run("pull", "origin", "main")
+    assert (pulled["how"], pulled["new"]) == ("fast-forward", hub.head("main"))
+    assert _is_hex_id(pulled["old"]) and set(pulled["fetch"]) == set(fetched)
+    with Repository.open(where / ".ctxstore") as repo:
+        repo.append("main", [{"role": "user", "content": "ours"}])
+        head = repo.head("main")
+    pushed = run("push", "origin", "main", "--force-with-lease", "main")
+    assert pushed["updated"] == {"refs/heads/main": head} == {"refs/heads/main": hub.head("main")}
+    assert list(pushed) == ["remote", "updated", "objects", "bytes"]
+
+
+@pytest.mark.parametrize("url", ["http://[::1]:x/r", "http://ex\x00ample.com/r", "http://[::1/r",
+                                 "ssh://host:port/p", "ssh://[::1/p", "gopher://host/p"])
+def test_a_malformed_remote_url_is_invalid_input_not_a_bare_value_error(url):
+    """Whatever urllib or the HTTP client make of a URL, the caller sees InvalidInput."""
+    with pytest.raises(InvalidInput):
+        conn = sync.open_transport(url)
+        try:
+            conn.advertise()
+        finally:
+            conn.close()

@@ -37,12 +37,12 @@ sys.path.insert(0, str(ROOT / "tools"))
 from benchdoc import message as chat_message  # noqa: E402
 from benchdoc import write_section  # noqa: E402
 
-from ctxstore import Repository, sync
-from ctxstore.format import codec
-from ctxstore.ids import from_hex
-from ctxstore.pack.plan import pack
-from ctxstore.repo.receive import unpack
-from ctxstore.sync.http import HttpTransport
+from ctxstore import Repository, sync  # noqa: E402
+from ctxstore.format import codec  # noqa: E402
+from ctxstore.ids import from_hex  # noqa: E402
+from ctxstore.pack.plan import pack  # noqa: E402
+from ctxstore.repo.receive import unpack  # noqa: E402
+from ctxstore.sync.http import HttpTransport  # noqa: E402
 
 TOKEN = "bench-token-" + "x" * 20
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, ModelError
 from ..history.budget import PRICING, Pricing, cost_of
 from .models import GenerateResult, Model, Usage
 from .signals import AbortSignal
@@ -98,22 +98,33 @@ def tool(function: Callable[..., Any] | None = None, *, name: str | None = None,
         tool_name = name or getattr(fn, "__name__", None)
         if not tool_name or tool_name == "<lambda>":
             raise InvalidInput("a tool made from a lambda needs a name: tool(fn, name='...')")
+        if not isinstance(tool_name, str):
+            raise InvalidInput(f"a tool name is a str, got {tool_name!r}")
+        if description is not None and not isinstance(description, str):
+            raise InvalidInput(f"a tool description is a str, got {description!r}")
+        if input_schema is not None and not isinstance(input_schema, Mapping):
+            raise InvalidInput(f"input_schema must be a JSON schema dict, got {input_schema!r}")
         doc = inspect.getdoc(fn) or ""
         text = description or (doc.strip().splitlines()[0] if doc.strip() else f"Call {tool_name}.")
-        schema = dict(input_schema) if input_schema is not None else _derive_schema(fn)
+        schema = dict(input_schema) if input_schema is not None else _derive_schema(fn, tool_name)
         return Tool(tool_name, text, schema, fn)
 
     return make if function is None else make(function)
 
 
-def _derive_schema(fn: Callable[..., Any]) -> dict[str, Any]:
+def _derive_schema(fn: Callable[..., Any], name: str) -> dict[str, Any]:
     try:
         hints = typing.get_type_hints(fn)
     except Exception:  # unresolvable forward references: fall back to untyped parameters
         hints = {}
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"cannot read the parameters of tool {name!r}; give its schema with "
+                           "tool(fn, input_schema={...})") from None
     properties: dict[str, Any] = {}
     required: list[str] = []
-    for parameter in inspect.signature(fn).parameters.values():
+    for parameter in signature.parameters.values():
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
         properties[parameter.name] = _schema_of(hints.get(parameter.name, parameter.annotation))
@@ -163,12 +174,52 @@ class RunResult:
 StopWhen = Callable[[RunState, Step], bool]
 
 
+def _first_message(prompt: object) -> dict[str, Any]:
+    """The user message a run starts with: `prompt` as text, content blocks, or a whole message."""
+    if isinstance(prompt, Mapping):
+        return dict(prompt)
+    if isinstance(prompt, str):
+        return {"role": "user", "content": prompt}
+    if isinstance(prompt, list | tuple) and all(isinstance(block, Mapping) for block in prompt):
+        return {"role": "user", "content": [dict(block) for block in prompt]}
+    raise InvalidInput(f"a prompt is text, a list of content block dicts or a user message dict, got {prompt!r}")
+
+
 def _result_content(value: Any) -> Any:
     if isinstance(value, str):
         return value
     if isinstance(value, list) and all(isinstance(b, Mapping) and "type" in b for b in value):
         return [dict(b) for b in value]  # already content blocks
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _strategy(history: HistoryStrategy | Callable[[], HistoryStrategy] | None) -> HistoryStrategy:
+    """The agent's strategy: the one given, one made by a factory (or a strategy class), or append-only."""
+    made: object = history
+    if history is None:
+        made = append_only_history_strategy()
+    elif isinstance(history, type) or (callable(history) and not hasattr(history, "on_read")):
+        try:
+            made = history()  # a factory (or a strategy class): one strategy per agent
+        except TypeError as err:
+            raise InvalidInput(f"the history factory {history!r} cannot be called without arguments: {err}; "
+                               "pass a strategy, or a function that makes one") from err
+    if not isinstance(made, HistoryStrategy):
+        raise InvalidInput(
+            f"history must be a strategy (history, on_append, on_read) or a factory of one, got {made!r}"
+        )
+    return made
+
+
+def _listed(items: Any, what: str) -> list[Any]:
+    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+        raise InvalidInput(f"{what} must be a list, got {items!r}")
+    return list(items)
+
+
+def _check_count(value: object, what: str, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InvalidInput(f"{what} must be an int of at least {least}, got {value!r}")
 
 
 class Agent:
@@ -187,28 +238,33 @@ class Agent:
         max_tokens: int | None = None,
         pricing: Mapping[str, Pricing] | None = None,
     ) -> None:
+        if not isinstance(model, Model):
+            raise InvalidInput(f"model must be a Model (generate, count_tokens, name), got {model!r}")
         self.model = model
-        if history is None:
-            history = append_only_history_strategy()
-        elif isinstance(history, type) or (callable(history) and not hasattr(history, "on_read")):
-            history = history()  # a factory (or a strategy class): one strategy per agent
-        if not (hasattr(history, "on_read") and hasattr(history, "on_append")):
-            raise InvalidInput(
-                f"history must be a strategy (on_append/on_read) or a factory of one, got {history!r}"
-            )
-        self.strategy: HistoryStrategy = history
+        self.strategy: HistoryStrategy = _strategy(history)
+        if system is not None and not isinstance(system, str):
+            raise InvalidInput(f"system must be a str, got {system!r}")
         self.system = system
         self.tools: dict[str, Tool] = {}
-        for item in tools:
+        for item in _listed(tools, "tools"):
             made = tool(item)
             if made.name in self.tools:
                 raise InvalidInput(
                     f"two tools are named {made.name!r}; give one another name with tool(fn, name=...)"
                 )
             self.tools[made.name] = made
-        self.stop_when: list[StopWhen] = [stop_when] if callable(stop_when) else list(stop_when)
-        if max_steps < 1:
-            raise InvalidInput(f"max_steps must be at least 1, got {max_steps}")
+        self.stop_when: list[StopWhen] = (
+            [stop_when] if callable(stop_when) else _listed(stop_when, "stop_when")
+        )
+        for predicate in self.stop_when:
+            if not callable(predicate):
+                raise InvalidInput(f"stop_when takes functions of (state, step), got {predicate!r}")
+        _check_count(max_steps, "max_steps", 1)
+        _check_count(budget_tokens, "budget_tokens", 0)
+        if max_tokens is not None:
+            _check_count(max_tokens, "max_tokens", 1)
+        if pricing is not None and not isinstance(pricing, Mapping):
+            raise InvalidInput(f"pricing must map model ids to Pricing, got {pricing!r}")
         self.budget_tokens = budget_tokens
         self.max_steps = max_steps
         self.max_tokens = max_tokens
@@ -246,10 +302,7 @@ class Agent:
     async def generate(self, prompt: str | Mapping[str, Any] | list[dict[str, Any]], *,
                        signal: AbortSignal | None = None) -> RunResult:
         """Run the agent on `prompt` (text, content blocks, or a user message) until it is done."""
-        if isinstance(prompt, Mapping):
-            first = dict(prompt)
-        else:
-            first = {"role": "user", "content": prompt if isinstance(prompt, str) else list(prompt)}
+        first = _first_message(prompt)
         state = RunState(run_id=f"run-{uuid.uuid4().hex[:12]}")
         recorded = [first]
         await self._record(first, state, 0, signal)
@@ -257,10 +310,17 @@ class Agent:
         tools = [t.definition() for t in self.tools.values()] or None
         for index in range(self.max_steps):
             read = await self.strategy.on_read(HistoryReadContext(self.model, self.budget_tokens, signal))
+            messages = getattr(read, "messages", None)
+            if not isinstance(messages, list):
+                raise InvalidInput(f"strategy {self.strategy!r} read {read!r}; on_read must return a "
+                                   "ReadResult(history, messages)")
             result = await self.model.generate(
-                messages=api_messages(read.messages), system=self.system, tools=tools,
+                messages=api_messages(messages), system=self.system, tools=tools,
                 max_tokens=self.max_tokens, signal=signal,
             )
+            if not isinstance(result, GenerateResult):
+                raise ModelError(f"model {self.model.name!r} answered {result!r}; a Model's generate must "
+                                 "return a GenerateResult")
             usage = Usage.of(result.usage)
             cost = cost_of(usage, self.model.name, self.pricing)
             state.usage += usage

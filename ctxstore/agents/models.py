@@ -1,29 +1,29 @@
-"""Model adapters: the `Model` protocol the agent loop and strategies call, and the Anthropic adapter.
+"""The model protocol: what the agent loop and strategies call, and the types a model answers with.
 
 A model takes messages in the anthropic SDK's `MessageParam` shape (plain dicts) and answers with a
 `GenerateResult` whose `message` is the assistant message as a plain dict, ready to append to a
-`MessageHistory`. This module is the only one that imports `anthropic`, and only when
-`anthropic_model` is called, so `import ctxstore` stays light. The deterministic offline model lives
-in `ctxstore.agents.offline`.
+`MessageHistory`. The adapters live beside this module: Anthropic's API in `ctxstore.agents.anthropic`
+(the only module that imports the `anthropic` SDK), the deterministic offline model in
+`ctxstore.agents.offline`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import InvalidInput, ModelError
-from .signals import AbortSignal, abortable
+from ..errors import InvalidInput
+from .signals import AbortSignal
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
-    "AnthropicModel",
     "GenerateResult",
     "Model",
     "Usage",
-    "anthropic_model",
     "message_text",
+    "plain_messages",
 ]
 
 DEFAULT_MAX_TOKENS = 4096
@@ -70,7 +70,12 @@ class Usage:
 
         def figure(name: str) -> int | None:
             value = usage.get(name) if isinstance(usage, Mapping) else getattr(usage, name, None)
-            return None if value is None else int(value)
+            if value is None:
+                return None
+            whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+            if isinstance(value, bool) or not whole:
+                raise InvalidInput(f"usage figure {name} must be a whole number of tokens, got {value!r}")
+            return int(value)
 
         return cls(
             figure("input_tokens") or 0,
@@ -100,7 +105,7 @@ class GenerateResult:
         content = self.message.get("content")
         if not isinstance(content, list):
             return []
-        return [b for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use"]
+        return [dict(b) for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use"]
 
 
 @runtime_checkable
@@ -143,115 +148,31 @@ def message_text(message: Mapping[str, Any]) -> str:
     )
 
 
-def _block_dict(block: Any) -> dict[str, Any]:
-    """An SDK content block as a plain `MessageParam` block dict."""
-    kind = getattr(block, "type", None)
-    if kind == "text":
-        return {"type": "text", "text": block.text}
-    if kind == "tool_use":
-        # Built by hand: a generic dump would drop None values inside the tool's input.
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-    if hasattr(block, "model_dump"):
-        return dict(block.model_dump(mode="json", exclude_none=True))
-    return dict(block)
+def _dump(value: Any) -> Any:
+    # SDK objects (pydantic models) in a request become the plain data they stand for.
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json", exclude_none=True)
+    raise TypeError(f"{type(value).__name__} is not JSON data")
 
 
-class AnthropicModel:
-    """A `Model` backed by the anthropic SDK's `AsyncAnthropic` client. Make one with `anthropic_model`."""
+def plain_messages(items: Iterable[Mapping[str, Any]], what: str = "message") -> list[dict[str, Any]]:
+    """Deep copies of request items (messages, tools) as plain JSON dicts; anything else is `InvalidInput`.
 
-    def __init__(self, name: str, client: Any, max_tokens: int, sdk: Any) -> None:
-        self.name = name
-        self.max_tokens = max_tokens
-        self._client = client
-        self._sdk = sdk
-
-    @property
-    def client(self) -> Any:
-        """The `AsyncAnthropic` client, created on first use (the SDK reads `ANTHROPIC_API_KEY`)."""
-        if self._client is None:
-            try:
-                self._client = self._sdk.AsyncAnthropic()
-            except self._sdk.AnthropicError as err:
-                raise ModelError(
-                    f"cannot create an Anthropic client for {self.name}: {err}; set ANTHROPIC_API_KEY "
-                    "or pass client=anthropic.AsyncAnthropic(api_key=...)"
-                ) from err
-        return self._client
-
-    def _request(self, messages: Sequence[Mapping[str, Any]], system: str | None,
-                 tools: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
-        request: dict[str, Any] = {"model": self.name, "messages": [dict(m) for m in messages]}
-        if system is not None:
-            request["system"] = system
-        if tools:
-            request["tools"] = [dict(t) for t in tools]
-        return request
-
-    def _failure(self, err: Exception, what: str) -> ModelError:
-        status = getattr(err, "status_code", None)
-        detail = f"HTTP {status}: {err}" if status is not None else str(err) or type(err).__name__
-        return ModelError(
-            f"Anthropic {what} for {self.name} failed ({detail}); check the API key, the request and "
-            "the service status, then retry"
-        )
-
-    async def generate(
-        self,
-        *,
-        messages: Sequence[Mapping[str, Any]],
-        system: str | None = None,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        max_tokens: int | None = None,
-        signal: AbortSignal | None = None,
-    ) -> GenerateResult:
-        """Send one Messages API request; API failures raise `ModelError` with the SDK error as cause."""
-        request = self._request(messages, system, tools)
-        request["max_tokens"] = max_tokens or self.max_tokens
-        client = self.client
-
-        async def call() -> Any:
-            try:
-                return await client.messages.create(**request)
-            except self._sdk.AnthropicError as err:
-                raise self._failure(err, "request") from err
-
-        response = await abortable(call(), signal, what=f"{self.name} request")
-        blocks = [_block_dict(block) for block in response.content]
-        message = {"role": "assistant", "content": blocks}
-        return GenerateResult(
-            text=message_text(message),
-            message=message,
-            usage=Usage.of(response.usage),
-            stop_reason=response.stop_reason,
-        )
-
-    async def count_tokens(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        system: str | None = None,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-    ) -> int:
-        """Input tokens of a request, counted by the API."""
-        try:
-            counted = await self.client.messages.count_tokens(**self._request(messages, system, tools))
-        except self._sdk.AnthropicError as err:
-            raise self._failure(err, "token count") from err
-        return int(counted.input_tokens)
-
-    def __repr__(self) -> str:
-        return f"anthropic_model({self.name!r})"
-
-
-def anthropic_model(
-    model: str = "claude-sonnet-4-6", client: Any = None, max_tokens: int = DEFAULT_MAX_TOKENS
-) -> AnthropicModel:
-    """A `Model` for an Anthropic model id, over `client` (an `anthropic.AsyncAnthropic`) or a default one.
-
-    No request is made and no client is created until the first call, so this works without an API
-    key until the model is actually used.
+    SDK objects inside are dumped to plain data, so a request can carry what a model returned.
     """
-    import anthropic  # imported here so that `import ctxstore` does not pay for the SDK
-
-    if max_tokens < 1:
-        raise InvalidInput(f"max_tokens must be at least 1, got {max_tokens}")
-    return AnthropicModel(model, client, max_tokens, anthropic)
+    if isinstance(items, str | bytes | Mapping):
+        raise InvalidInput(f"{what}s must be a list of {what} dicts, got {items!r}")
+    try:
+        listed = list(items)
+    except TypeError:
+        raise InvalidInput(f"{what}s must be a list of {what} dicts, got {items!r}") from None
+    out: list[dict[str, Any]] = []
+    for item in listed:
+        if not isinstance(item, Mapping):
+            raise InvalidInput(f"a {what} must be a dict in the Messages API shape, got {item!r}")
+        try:
+            out.append(json.loads(json.dumps(dict(item), ensure_ascii=False, default=_dump)))
+        except (TypeError, ValueError, RecursionError) as err:
+            raise InvalidInput(f"a {what} must hold JSON data only ({err}): {item!r}") from None
+    return out

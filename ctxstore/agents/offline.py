@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import InvalidInput
 from ..history.budget import estimate_tokens
-from .models import GenerateResult, Usage, message_text
+from .models import GenerateResult, Usage, message_text, plain_messages
 from .signals import AbortSignal, abortable
 
 __all__ = ["OfflineModel", "OfflineRequest", "offline_model", "tool_call"]
@@ -53,6 +53,10 @@ Reply = str | Mapping[str, Any] | Callable[[OfflineRequest], "str | Mapping[str,
 def tool_call(name: str, input: Mapping[str, Any] | None = None, *, text: str | None = None,
               id: str | None = None) -> dict[str, Any]:
     """An assistant message that calls tool `name` with `input` (a script item for `OfflineModel`)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidInput(f"a tool name is a non-empty str, got {name!r}")
+    if input is not None and not isinstance(input, Mapping):
+        raise InvalidInput(f"tool input is a dict of arguments, got {input!r}")
     content: list[dict[str, Any]] = []
     if text:
         content.append({"type": "text", "text": text})
@@ -78,7 +82,21 @@ class OfflineModel:
     requests: list[OfflineRequest] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if isinstance(self.script, str | bytes | Mapping) or not isinstance(self.script, Iterable):
+            raise InvalidInput(f"an offline script is a list of replies, got {self.script!r}")
         self._script = list(self.script)
+        for item in self._script:
+            if not (isinstance(item, str | Mapping) or callable(item)):
+                raise InvalidInput(
+                    f"offline script item {item!r} is not a str, an assistant message dict or a function "
+                    "returning one; use tool_call(name, input) for tool calls"
+                )
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidInput(f"a model name is a non-empty str, got {self.name!r}")
+        if isinstance(self.latency, bool) or not isinstance(self.latency, int | float) or not (
+            0 <= self.latency < math.inf
+        ):
+            raise InvalidInput(f"latency is a number of seconds, at least 0, got {self.latency!r}")
         self._next = 0
 
     async def generate(
@@ -91,10 +109,12 @@ class OfflineModel:
         signal: AbortSignal | None = None,
     ) -> GenerateResult:
         """Answer deterministically; a set `signal` aborts with `ModelError`."""
+        if system is not None and not isinstance(system, str):
+            raise InvalidInput(f"system must be a str, got {system!r}")
         request = OfflineRequest(
-            messages=json.loads(json.dumps(list(messages))),
+            messages=plain_messages(messages),
             system=system,
-            tools=None if tools is None else [dict(t) for t in tools],
+            tools=None if tools is None else plain_messages(tools, "tool"),
             max_tokens=max_tokens,
         )
         return await abortable(self._answer(request), signal, what=f"{self.name} request")
@@ -125,8 +145,10 @@ class OfflineModel:
         tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> int:
         """Estimated input tokens: `estimate_tokens` of the messages plus system and tools text."""
-        extra = len(system or "") + (len(json.dumps(list(tools), separators=(",", ":"))) if tools else 0)
-        return estimate_tokens(messages) + math.ceil(extra / 4)
+        listed = plain_messages(messages)
+        tool_text = json.dumps(plain_messages(tools, "tool"), separators=(",", ":")) if tools else ""
+        extra = len(system if isinstance(system, str) else "") + len(tool_text)
+        return estimate_tokens(listed) + math.ceil(extra / 4)
 
     def _as_message(self, reply: Any, request: OfflineRequest) -> dict[str, Any]:
         if isinstance(reply, str):
@@ -139,8 +161,12 @@ class OfflineModel:
         content = reply["content"]
         if isinstance(content, str):
             blocks = [{"type": "text", "text": content}]
-        else:
+        elif isinstance(content, list | tuple) and all(isinstance(b, Mapping) for b in content):
             blocks = [dict(b) for b in content]
+        else:
+            raise InvalidInput(
+                f"offline script item {reply!r} has content that is neither a str nor a list of blocks"
+            )
         for index, block in enumerate(blocks):
             if block.get("type") == "tool_use" and "id" not in block:
                 block["id"] = self._tool_use_id(request, index)
@@ -172,10 +198,13 @@ class OfflineModel:
         for message in request.messages:
             content = message.get("content")
             if message.get("role") == "assistant" and isinstance(content, list):
-                names.update({b.get("id"): b.get("name") for b in content if b.get("type") == "tool_use"})
+                names.update({b["id"]: b.get("name") for b in content
+                              if isinstance(b, Mapping) and b.get("type") == "tool_use"
+                              and isinstance(b.get("id"), str)})
         parts = []
         for result in results:
-            name = names.get(result.get("tool_use_id"), "tool")
+            use_id = result.get("tool_use_id")
+            name = names.get(use_id, "tool") if isinstance(use_id, str) else "tool"
             content = result.get("content", "")
             if not isinstance(content, str):
                 content = message_text({"content": content})
@@ -200,15 +229,17 @@ def _named_tool(tools: Iterable[Mapping[str, Any]], text: str) -> Mapping[str, A
 
 
 def _arguments(tool: Mapping[str, Any], text: str) -> dict[str, Any]:
-    schema = tool.get("input_schema") or {}
-    properties: Mapping[str, Any] = schema.get("properties") or {}
+    # A schema the offline model cannot read is taken as "no arguments" rather than refused: the
+    # model stands in for one that would answer the tool's definition as best it could.
+    schema = _mapping(tool.get("input_schema"))
+    properties = _mapping(schema.get("properties"))
     required = schema.get("required")
-    names = list(required) if required is not None else list(properties)
+    names = [str(n) for n in required] if isinstance(required, list) else [str(n) for n in properties]
     numbers = [float(n) for n in _NUMBER.findall(text)]
     quoted = [a or b for a, b in _QUOTED.findall(text)]
     arguments: dict[str, Any] = {}
     for name in names:
-        kind = (properties.get(name) or {}).get("type", "string")
+        kind = _mapping(properties.get(name)).get("type", "string")
         if kind in ("integer", "number"):
             value = numbers.pop(0) if numbers else 0.0
             arguments[name] = int(value) if kind == "integer" or value.is_integer() else value
@@ -221,6 +252,10 @@ def _arguments(tool: Mapping[str, Any], text: str) -> dict[str, Any]:
         else:
             arguments[name] = quoted.pop(0) if quoted else text.strip()
     return arguments
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _summary(text: str) -> str:

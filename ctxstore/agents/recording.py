@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from itertools import islice
 from typing import Any, Final
 
-from ..errors import InvalidInput, NonFastForward, StoreError
+from ..errors import InvalidInput, NonFastForward, RefMoved
 from ..history.message_history import MessageHistory
-from ..ids import from_hex
+from ..ids import HexId, from_hex
 from ..repo.repository import Repository
 from .strategies import (
     HistoryAppendContext,
@@ -49,16 +49,18 @@ class RepositoryHistoryStrategy:
                  retries: int = COMMIT_RETRIES) -> None:
         if not (hasattr(repo, "commit") and hasattr(repo, "history")):
             raise InvalidInput(f"repo must be a ctxstore Repository, got {repo!r}")
-        if retries < 1:
-            raise InvalidInput(f"retries must be at least 1, got {retries}")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 1:
+            raise InvalidInput(f"retries must be an int of at least 1, got {retries!r}")
         self.repo = repo
         self.ref: str = repo.ref_name(ref)
         """The full name of the ref the conversation is recorded into."""
         self.inner: HistoryStrategy = inner if inner is not None else append_only_history_strategy()
-        if not (hasattr(self.inner, "on_read") and hasattr(self.inner, "on_append")):
+        if not isinstance(self.inner, HistoryStrategy):
             raise InvalidInput(f"inner must be a history strategy (on_append/on_read), got {self.inner!r}")
+        if not isinstance(self.inner.history, MessageHistory):
+            raise InvalidInput(f"inner's history must be a MessageHistory, got {self.inner.history!r}")
         self.retries = retries
-        self._base: str | None = repo.head(self.ref)
+        self._base: HexId | None = repo.head(self.ref)
         self.inner.history = self._starting_history(self.inner.history)
         # The revision last committed (or loaded): a history still at it has nothing to commit.
         self._synced: str = self.inner.history.revision_id
@@ -107,7 +109,7 @@ class RepositoryHistoryStrategy:
 
     # -- repository side -----------------------------------------------------------------------------
     @property
-    def head(self) -> str | None:
+    def head(self) -> HexId | None:
         """The ref's head as this strategy last committed or loaded it (None for a ref not yet made)."""
         return self._base
 
@@ -115,25 +117,32 @@ class RepositoryHistoryStrategy:
         """The original messages of the view (summaries expanded into their sources, recursively)."""
         return self.inner.history.restore(entry_ids)
 
-    def commit(self, *, message: str = "record") -> str:
-        """Commit the inner history to the ref now if it changed (rebasing if the ref moved); the head id."""
+    def commit(self, *, message: str = "record") -> HexId:
+        """Commit the inner history to the ref now if it changed (rebasing if the ref moved); the head id.
+
+        The rebase is this strategy's own rather than `Repository.commit(rebase=True)`: it also drops
+        a summary whose sources another writer summarised first (see the module).
+        """
         history = self.inner.history
         if history.revision_id == self._synced:
-            return history.revision_id
+            return HexId(history.revision_id)
         note = message
         for _attempt in range(self.retries):
             try:
-                self.repo.commit(self.ref, history, message=note)
-            except NonFastForward:
+                moved = self.repo.commit(self.ref, history, message=note)
+            except NonFastForward:  # RefMoved too: build on where the ref is now
                 history = self._rebased(history)
                 self.inner.history = history
                 note = f"{message} (rebased)"
                 continue
-            self._base = self._synced = history.revision_id
-            return history.revision_id
-        raise StoreError(
-            f"ref {self.ref} kept moving while recording ({self.retries} rebases); the conversation in "
-            "memory is intact: call commit() again, or record into another ref"
+            self._base = self._synced = moved.new
+            return moved.new
+        current = self.repo.head(self.ref)
+        raise RefMoved(
+            f"ref {self.ref} kept moving while recording ({self.retries} rebases, now at "
+            f"{(current or '(deleted)')[:12]}); the conversation in memory is intact: call commit() "
+            "again, or record into another ref",
+            ref=self.ref, current=current, expected=self._base,
         )
 
     def _take_in_ref(self) -> None:
@@ -190,7 +199,7 @@ def repository_history_strategy(repo: Repository, ref: str, inner: HistoryStrate
     strategy that already holds a conversation is accepted when the ref is new or the conversation
     continues the ref. The inner history is committed after every `on_append` and every `on_read` that
     changed it; a commit that finds the ref moved by another writer rebases and tries again, up to
-    `retries` times (then `StoreError`, with nothing lost in memory).
+    `retries` times (then `RefMoved`, with nothing lost in memory).
     """
     return RepositoryHistoryStrategy(repo, ref, inner, retries=retries)
 

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
 
-from ..errors import ModelError
+from ..errors import InvalidInput, ModelError
 
 __all__ = ["AbortSignal", "Signal", "SignalHistory", "abortable", "signal_history_strategy"]
 
@@ -122,9 +122,9 @@ class SignalHistory(NamedTuple):
 class _SignalStrategy:
     """A strategy wrapper that publishes the inner strategy's history to a signal."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, signal: Signal[Any]) -> None:
         self._inner = inner
-        self._signal: Signal[Any] = Signal(inner.history)
+        self._signal = signal
 
     @property
     def inner(self) -> Any:
@@ -166,5 +166,7 @@ def signal_history_strategy(inner: Any) -> SignalHistory:
     The wrapper delegates everything to `inner` and publishes after `on_append`, after `on_read` and
     after an assignment to `strategy.history`; subscribers are called with the new `MessageHistory`.
     """
-    wrapper = _SignalStrategy(inner)
-    return SignalHistory(wrapper, wrapper._signal)
+    if not (hasattr(inner, "history") and hasattr(inner, "on_read") and hasattr(inner, "on_append")):
+        raise InvalidInput(f"inner must be a history strategy (history, on_append, on_read), got {inner!r}")
+    history: Signal[Any] = Signal(inner.history)
+    return SignalHistory(_SignalStrategy(inner, history), history)

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from ..errors import InvalidInput, ModelError
 from ..history.message_history import MessageHistory
+from .models import Model, plain_messages
 from .signals import AbortSignal, abortable
 
 __all__ = [
@@ -107,23 +108,33 @@ class SummaryMemory(Protocol):
     async def ingest(self, docs: list[dict[str, Any]]) -> Any: ...
 
 
-def _blocks(content: Any) -> list[dict[str, Any]]:
+def _blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A message's content as content blocks: string content is one text block, none is no block."""
+    content = message.get("content")
+    if content is None:
+        return []
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
-    return [dict(block) for block in content or ()]
+    if isinstance(content, list | tuple) and all(isinstance(block, Mapping) for block in content):
+        return [dict(block) for block in content]
+    raise InvalidInput(
+        f"message content must be a string or a list of content block dicts, got {content!r}"
+    )
 
 
 def api_messages(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Messages with adjacent same-role messages merged, so that user and assistant turns alternate.
 
     In a merged user message the `tool_result` blocks come first, as the Messages API requires. A
-    message that needs no merging is returned as a copy, unchanged.
+    message that needs no merging is returned as a copy, unchanged. A message that is not a dict of
+    JSON data with string or content-block content is `InvalidInput`.
     """
     merged: list[dict[str, Any]] = []
-    for message in messages:
+    for message in plain_messages(messages):
+        blocks = _blocks(message)  # checks the content of every message, merged or not
         if merged and merged[-1].get("role") == message.get("role"):
             previous = merged[-1]
-            blocks = _blocks(previous.get("content")) + _blocks(message.get("content"))
+            blocks = _blocks(previous) + blocks
             if message.get("role") == "user":
                 # Stable: results keep their order, as do the other blocks.
                 blocks = [b for b in blocks if b.get("type") == "tool_result"] + [
@@ -131,24 +142,29 @@ def api_messages(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 ]
             merged[-1] = {**previous, "content": blocks}
         else:
-            merged.append(json.loads(json.dumps(message)))
+            merged.append(message)
     return merged
 
 
-def _tool_use_ids(message: Mapping[str, Any]) -> list[str]:
-    content = message.get("content")
-    if message.get("role") != "assistant" or not isinstance(content, list):
-        return []
-    return [b.get("id") for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use"]
-
-
-def _tool_result_ids(message: Mapping[str, Any]) -> list[str]:
+def _tool_blocks(message: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
     content = message.get("content")
     if not isinstance(content, list):
         return []
-    return [
-        b.get("tool_use_id") for b in content if isinstance(b, Mapping) and b.get("type") == "tool_result"
-    ]
+    return [b for b in content if isinstance(b, Mapping) and b.get("type") == kind]
+
+
+def _has_tool_use(message: Mapping[str, Any]) -> bool:
+    return message.get("role") == "assistant" and bool(_tool_blocks(message, "tool_use"))
+
+
+def _tool_use_ids(message: Mapping[str, Any]) -> list[str]:
+    if message.get("role") != "assistant":
+        return []
+    return [i for b in _tool_blocks(message, "tool_use") if isinstance(i := b.get("id"), str)]
+
+
+def _tool_result_ids(message: Mapping[str, Any]) -> list[str]:
+    return [i for b in _tool_blocks(message, "tool_result") if isinstance(i := b.get("tool_use_id"), str)]
 
 
 def _transcript(messages: Iterable[Mapping[str, Any]]) -> str:
@@ -160,17 +176,19 @@ def _transcript(messages: Iterable[Mapping[str, Any]]) -> str:
         if isinstance(content, str):
             lines.append(f"{role}: {content}")
             continue
-        for block in content or ():
+        for block in _blocks(message):
             kind = block.get("type")
             if kind == "text":
                 lines.append(f"{role}: {block.get('text', '')}")
             elif kind == "tool_use":
-                arguments = json.dumps(block.get("input"), ensure_ascii=False, sort_keys=True)
+                arguments = json.dumps(block.get("input"), ensure_ascii=False, sort_keys=True, default=str)
                 lines.append(f"{role}: [called tool {block.get('name')} with {arguments}]")
             elif kind == "tool_result":
                 result = block.get("content", "")
-                if not isinstance(result, str):
+                if isinstance(result, list):
                     result = " ".join(str(b.get("text", "")) for b in result if isinstance(b, Mapping))
+                elif not isinstance(result, str):
+                    result = json.dumps(result, ensure_ascii=False, default=str)
                 label = "tool error" if block.get("is_error") else "tool result"
                 lines.append(f"{role}: [{label}: {result}]")
             else:
@@ -192,6 +210,8 @@ class _Strategy:
     """Shared plumbing: the history attribute and plain appends."""
 
     def __init__(self, history: MessageHistory | None) -> None:
+        if history is not None and not isinstance(history, MessageHistory):
+            raise InvalidInput(f"history must be a MessageHistory (or None for a new one), got {history!r}")
         self.history: MessageHistory = history if history is not None else MessageHistory()
 
     async def on_append(self, message: Mapping[str, Any], ctx: HistoryAppendContext) -> None:
@@ -218,7 +238,11 @@ class _SummarizingBase(_Strategy):
     prefix: str
     memory_kind: str
 
-    def __init__(self, model: Any, memory_store: SummaryMemory | None, history: MessageHistory | None) -> None:
+    def __init__(self, model: Model, memory_store: SummaryMemory | None, history: MessageHistory | None) -> None:
+        if not isinstance(model, Model):
+            raise InvalidInput(f"model must be a Model (generate, count_tokens, name), got {model!r}")
+        if memory_store is not None and not isinstance(memory_store, SummaryMemory):
+            raise InvalidInput(f"memory_store must have an async ingest(docs) method, got {memory_store!r}")
         super().__init__(history)
         self.model = model
         self.memory_store = memory_store
@@ -259,11 +283,11 @@ class SummarizingHistoryStrategy(_SummarizingBase):
     prefix = CONVERSATION_SUMMARY_PREFIX
     memory_kind = "conversation_summary"
 
-    def __init__(self, *, model: Any, trigger_tokens: int, keep_recent: int,
+    def __init__(self, *, model: Model, trigger_tokens: int, keep_recent: int,
                  memory_store: SummaryMemory | None = None, history: MessageHistory | None = None) -> None:
-        if not isinstance(trigger_tokens, int) or trigger_tokens < 0:
+        if isinstance(trigger_tokens, bool) or not isinstance(trigger_tokens, int) or trigger_tokens < 0:
             raise InvalidInput(f"trigger_tokens must be a non-negative int, got {trigger_tokens!r}")
-        if not isinstance(keep_recent, int) or keep_recent < 0:
+        if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
             raise InvalidInput(f"keep_recent must be a non-negative int, got {keep_recent!r}")
         super().__init__(model, memory_store, history)
         self.trigger_tokens = trigger_tokens
@@ -280,7 +304,7 @@ class SummarizingHistoryStrategy(_SummarizingBase):
         # answering a tool_use inside the span, so no pair is split.
         cut = next(
             (i for i in range(len(older) - 1, -1, -1)
-             if older[i].message.get("role") == "assistant" and not _tool_use_ids(older[i].message)),
+             if older[i].message.get("role") == "assistant" and not _has_tool_use(older[i].message)),
             None,
         )
         if cut is None:
@@ -290,7 +314,7 @@ class SummarizingHistoryStrategy(_SummarizingBase):
         return self._read()
 
 
-def summarizing_history_strategy(*, model: Any, trigger_tokens: int, keep_recent: int,
+def summarizing_history_strategy(*, model: Model, trigger_tokens: int, keep_recent: int,
                                  memory_store: SummaryMemory | None = None,
                                  history: MessageHistory | None = None) -> SummarizingHistoryStrategy:
     """A strategy that lazily summarizes older entries on read.
@@ -327,10 +351,12 @@ class SelectiveSummaryHistoryStrategy(_SummarizingBase):
     prefix = SELECTED_SUMMARY_PREFIX
     memory_kind = "selected_history_summary"
 
-    def __init__(self, *, model: Any, selector: Selector, summary_prompt: str,
+    def __init__(self, *, model: Model, selector: Selector, summary_prompt: str,
                  memory_store: SummaryMemory | None = None, history: MessageHistory | None = None) -> None:
         if not callable(selector):
             raise InvalidInput(f"selector must be a function of (history, ctx), got {selector!r}")
+        if not isinstance(summary_prompt, str) or not summary_prompt.strip():
+            raise InvalidInput(f"summary_prompt must be a non-empty str, got {summary_prompt!r}")
         super().__init__(model, memory_store, history)
         self.selector = selector
         self.summary_prompt = summary_prompt
@@ -343,7 +369,7 @@ class SelectiveSummaryHistoryStrategy(_SummarizingBase):
             chosen = await chosen
         refs = history.refs()
         position = {entry.id: i for i, entry in enumerate(refs)}
-        selected = {position[i] for i in chosen or () if i in position}
+        selected = {position[i] for i in _selected_ids(chosen) if i in position}
         if not selected:
             return self._read()
         selected = _widen_to_tool_exchanges(refs, selected)
@@ -353,6 +379,19 @@ class SelectiveSummaryHistoryStrategy(_SummarizingBase):
         span = [refs[i] for i in sorted(selected)]
         await self._summarize([e.id for e in span], [e.message for e in span], self.summary_prompt, ctx)
         return self._read()
+
+
+def _selected_ids(chosen: Any) -> list[str]:
+    """What a selector returned, as entry ids (None: none); anything but an iterable of str is refused."""
+    if chosen is None:
+        return []
+    if isinstance(chosen, str | bytes | Mapping) or not isinstance(chosen, Iterable):
+        raise InvalidInput(f"a selector returns an iterable of entry ids, got {chosen!r}")
+    ids = list(chosen)
+    for entry_id in ids:
+        if not isinstance(entry_id, str):
+            raise InvalidInput(f"a selector returns entry ids (str), got {entry_id!r} among {ids!r}")
+    return ids
 
 
 def _widen_to_tool_exchanges(refs: Sequence[Any], selected: set[int]) -> set[int]:
@@ -378,7 +417,7 @@ def _widen_to_tool_exchanges(refs: Sequence[Any], selected: set[int]) -> set[int
 
 
 def selective_summary_history_strategy(
-    *, model: Any, selector: Selector, summary_prompt: str, memory_store: SummaryMemory | None = None,
+    *, model: Model, selector: Selector, summary_prompt: str, memory_store: SummaryMemory | None = None,
     history: MessageHistory | None = None,
 ) -> SelectiveSummaryHistoryStrategy:
     """A strategy that summarizes a selector-chosen subset on every read.

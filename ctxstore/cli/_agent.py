@@ -18,8 +18,9 @@ from typing import Any, TextIO
 
 import click
 
+from ..agents.anthropic import DEFAULT_MODEL, anthropic_model
 from ..agents.loop import DEFAULT_BUDGET_TOKENS, Agent, RunResult
-from ..agents.models import Model, anthropic_model
+from ..agents.models import Model
 from ..agents.offline import OfflineModel
 from ..agents.recording import RepositoryHistoryStrategy, repository_history_strategy
 from ..agents.strategies import HistoryReadContext, summarizing_history_strategy
@@ -31,7 +32,6 @@ ENV_API_KEY = "ANTHROPIC_API_KEY"
 """The environment variable that must be set to talk to Anthropic's API (the SDK reads it)."""
 EXIT_COMMAND = "/exit"
 """A line that ends a chat (as end of input does)."""
-_DEFAULT_MODEL = "claude-sonnet-4-6"
 
 
 def _model(offline: bool, name: str | None, max_tokens: int | None, what: str) -> Model:
@@ -43,14 +43,14 @@ def _model(offline: bool, name: str | None, max_tokens: int | None, what: str) -
              "offline model", EXIT_USAGE)
     with reporting():
         if max_tokens is not None:
-            return anthropic_model(name or _DEFAULT_MODEL, max_tokens=max_tokens)
-        return anthropic_model(name or _DEFAULT_MODEL)
+            return anthropic_model(name or DEFAULT_MODEL, max_tokens=max_tokens)
+        return anthropic_model(name or DEFAULT_MODEL)
 
 
 _OFFLINE = click.option("--offline", is_flag=True,
                         help="Use the deterministic offline model (no API key, no network).")
 _MODEL = click.option("--model", "model_name", metavar="NAME",
-                      help=f"Model id (default {_DEFAULT_MODEL}; with --offline, the offline model's name, "
+                      help=f"Model id (default {DEFAULT_MODEL}; with --offline, the offline model's name, "
                            "which only sets pricing).")
 
 

@@ -16,7 +16,9 @@ import click
 from ..errors import (
     BadPack,
     CtxStoreError,
+    EncodingError,
     InvalidInput,
+    InvalidObject,
     InvalidRefName,
     MissingObject,
     NonFastForward,
@@ -24,8 +26,10 @@ from ..errors import (
     RepositoryExists,
     UnknownRef,
     UnknownRevision,
+    UnknownSetting,
 )
 from ..ids import OID_SIZE, to_hex
+from ..repo.repository import Repository
 
 __all__ = [
     "DIRNAME",
@@ -44,8 +48,10 @@ __all__ = [
     "emit",
     "exit_code_for",
     "fail",
+    "failure",
     "find_repository",
     "jsonable",
+    "reporting",
     "say",
     "stderr_is_terminal",
 ]
@@ -76,11 +82,13 @@ EXIT_CODES: dict[int, str] = {
 
 
 class Failure(click.ClickException):
-    """An error the CLI reports in one line on stderr and turns into a documented exit code."""
+    """An error the CLI reports in one line on stderr, exiting with the code its class carries.
 
-    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
-        super().__init__(message)
-        self.exit_code = code
+    Click reads the exit code from the class, so make one with `failure(message, code)` (or raise it with
+    `fail`); `Failure(message)` itself exits with EXIT_ERROR.
+    """
+
+    exit_code = EXIT_ERROR
 
     def show(self, file: Any = None) -> None:
         # One line: scripts grep it, people read it. Newlines inside messages would break both.
@@ -88,24 +96,49 @@ class Failure(click.ClickException):
         click.echo(f"ctxstore: error: {text}", err=True)
 
 
-def exit_code_for(error: BaseException) -> int:
+def _failure_class(code: int) -> type[Failure]:
+    class CodedFailure(Failure):
+        exit_code = code
+
+    CodedFailure.__name__ = CodedFailure.__qualname__ = f"Failure{code}"
+    return CodedFailure
+
+
+_FAILURES: dict[int, type[Failure]] = {
+    code: Failure if code == EXIT_ERROR else _failure_class(code) for code in EXIT_CODES if code != EXIT_OK
+}
+
+_EXIT_FOR_ERROR: tuple[tuple[type[CtxStoreError], int], ...] = (
+    (NonFastForward, EXIT_NON_FAST_FORWARD),
+    (UnknownRef, EXIT_NOT_FOUND),
+    (UnknownRevision, EXIT_NOT_FOUND),
+    (MissingObject, EXIT_NOT_FOUND),
+    (UnknownSetting, EXIT_NOT_FOUND),
+    (NotARepository, EXIT_NOT_FOUND),
+    (RepositoryExists, EXIT_EXISTS),
+    (InvalidRefName, EXIT_USAGE),
+    (InvalidInput, EXIT_USAGE),
+    (EncodingError, EXIT_USAGE),
+    (BadPack, EXIT_CORRUPT),
+    (InvalidObject, EXIT_CORRUPT),
+    (CtxStoreError, EXIT_ERROR),
+)
+"""Which exit code each kind of ctxstore error gets: the first class in this list that the error is."""
+
+
+def failure(message: str, code: int = EXIT_ERROR) -> Failure:
+    """The CLI error for `message` that exits with `code` (one of EXIT_CODES)."""
+    return _FAILURES[code](message)
+
+
+def exit_code_for(error: CtxStoreError) -> int:
     """The documented exit code for an error ctxstore raised."""
-    if isinstance(error, NonFastForward):
-        return EXIT_NON_FAST_FORWARD
-    if isinstance(error, UnknownRef | UnknownRevision | MissingObject | NotARepository):
-        return EXIT_NOT_FOUND
-    if isinstance(error, RepositoryExists):
-        return EXIT_EXISTS
-    if isinstance(error, InvalidRefName | InvalidInput):
-        return EXIT_USAGE
-    if isinstance(error, BadPack):
-        return EXIT_CORRUPT
-    return EXIT_ERROR
+    return next(code for kind, code in _EXIT_FOR_ERROR if isinstance(error, kind))
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
     """Stop the command with a one-line error and an exit code."""
-    raise Failure(message, code)
+    raise failure(message, code)
 
 
 @contextmanager
@@ -114,7 +147,7 @@ def reporting() -> Iterator[None]:
     try:
         yield
     except CtxStoreError as error:
-        raise Failure(str(error), exit_code_for(error)) from error
+        raise failure(str(error), exit_code_for(error)) from error
 
 
 def stderr_is_terminal() -> bool:
@@ -166,11 +199,8 @@ def find_repository(start: Path) -> Path:
         candidate = directory / DIRNAME
         if candidate.is_dir():
             return candidate
-    raise Failure(
-        f"not a ctxstore repository (or any parent up to /): {here}; "
-        f"run `ctxstore init` here, or pass --repo PATH or set {ENV_REPO}",
-        EXIT_NOT_FOUND,
-    )
+    fail(f"not a ctxstore repository (or any parent up to /): {here}; "
+         f"run `ctxstore init` here, or pass --repo PATH or set {ENV_REPO}", EXIT_NOT_FOUND)
 
 
 class Context:
@@ -180,7 +210,7 @@ class Context:
         self.repo_path = repo_path
         self.start = start
         self.quiet = quiet
-        self._repo: Any = None
+        self._repo: Repository | None = None
 
     def tell(self, message: str) -> None:
         """A message for people (stderr), unless --quiet."""
@@ -193,11 +223,9 @@ class Context:
             return Path(self.repo_path)
         return find_repository(self.start)
 
-    def repo(self) -> Any:
+    def repo(self) -> Repository:
         """The open repository (opened on first use, closed when the command ends)."""
         if self._repo is None:
-            from ..repo.repository import Repository
-
             path = self.location()
             if not path.is_dir():
                 fail(f"no ctxstore repository at {path}; create one with `ctxstore init` "

@@ -52,8 +52,8 @@ def collect(heads: Mapping[str, str], load: Callable[[str], LogRevision],
     interleave by time while a fork point always follows every branch that grew from it.
     """
     labels: dict[str, list[str]] = {}
-    for name, rev in heads.items():
-        labels.setdefault(rev, []).append(name)
+    for name, head in heads.items():
+        labels.setdefault(head, []).append(name)
     found: dict[str, LogRevision] = {}
     children: dict[str, int] = {}
     stack = list(dict.fromkeys(heads.values()))

@@ -12,30 +12,13 @@ import click
 from ..errors import UnknownRevision
 from ..format.objects import Entry, Revision, parse_object
 from ..ids import from_hex
+from ..interop.formats import parse_messages
+from ..repo.repository import Repository
 from ._common import EXIT_NOT_FOUND, EXIT_USAGE, Context, emit, fail, reporting
 from ._graph import collect, draw
 from ._resolve import existing_history, load_revision, match_ref, object_ids_with_prefix
 
-__all__ = ["append", "diff", "log", "parse_messages", "render", "show"]
-
-def parse_messages(text: str) -> list[Any]:
-    """Messages or entries from JSON text: one object, a list of them, or JSON Lines."""
-    text = text.strip()
-    if not text:
-        fail("no input: pipe a JSON message, a list of messages, or JSON Lines on stdin", EXIT_USAGE)
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as whole:
-        try:
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        except json.JSONDecodeError:
-            fail(f"stdin is not JSON or JSON Lines ({whole.msg} at line {whole.lineno}); "
-                 'pipe e.g. {"role": "user", "content": "hi"}', EXIT_USAGE)
-    items = value if isinstance(value, list) else [value]
-    for item in items:
-        if not isinstance(item, Mapping):
-            fail(f"each message must be a JSON object, not {json.dumps(item)[:40]}", EXIT_USAGE)
-    return items
+__all__ = ["append", "diff", "log", "render", "show"]
 
 
 @click.command()
@@ -60,18 +43,21 @@ def append(state: Context, ref: str, text: tuple[str, ...], role: str, entry_id:
     else:
         if sys.stdin.isatty():
             fail("give the message as TEXT, or pipe JSON on stdin", EXIT_USAGE)
-        entries = parse_messages(sys.stdin.read())
+        piped = sys.stdin.read()
+        if not piped.strip():
+            fail("no input: pipe a JSON message, a list of messages, or JSON Lines on stdin", EXIT_USAGE)
+        with reporting():
+            entries = parse_messages(piped)
     if entry_id is not None or meta is not None:
         if len(entries) != 1:
             fail("--id and --meta apply to a single message; put ids in the JSON for several", EXIT_USAGE)
         entries = [_entry_form(entries[0], entry_id, meta)]
     repo = state.repo()
     with reporting():
-        name = repo.ref_name(ref)
-        revision = repo.append(name, entries, message="append (cli)")
-        added = load_revision(repo, revision)
+        moved = repo.append(ref, entries, message="append (cli)")
+        added = load_revision(repo, moved.new)
     op = added.operation or {}
-    emit({"ref": name, "revision": revision, "entryIds": list(op.get("entryIds", [])), "size": added.size})
+    emit({"ref": moved.ref, "revision": moved.new, "entryIds": list(op.get("entryIds", [])), "size": added.size})
 
 
 def _entry_form(message: Mapping[str, Any], entry_id: str | None, meta: str | None) -> dict[str, Any]:
@@ -160,7 +146,7 @@ def _looks_hex(spec: str) -> bool:
     return 4 <= len(spec) <= 64 and all(c in "0123456789abcdef" for c in spec.lower())
 
 
-def _revision_view(repo: Any, rid: str) -> dict[str, Any]:
+def _revision_view(repo: Repository, rid: str) -> dict[str, Any]:
     rev = load_revision(repo, rid)
     return {"type": "revision", "id": rid, "parent": rev.parent, "createdAt": rev.created_at,
             "operation": rev.operation, "size": rev.size,
@@ -168,7 +154,7 @@ def _revision_view(repo: Any, rid: str) -> dict[str, Any]:
             "entryIds": [e.id for e in repo.history(rid).refs()]}
 
 
-def _object_view(repo: Any, hex_id: str) -> dict[str, Any]:
+def _object_view(repo: Repository, hex_id: str) -> dict[str, Any]:
     obj = parse_object(repo.store.get(from_hex(hex_id)), trusted=True)
     if isinstance(obj, Revision):
         return _revision_view(repo, hex_id)
@@ -178,7 +164,7 @@ def _object_view(repo: Any, hex_id: str) -> dict[str, Any]:
     return {"oid": hex_id, **value}
 
 
-def _find_entry(repo: Any, entry_id: str, in_ref: str | None) -> dict[str, Any] | None:
+def _find_entry(repo: Repository, entry_id: str, in_ref: str | None) -> dict[str, Any] | None:
     names = [repo.ref_name(in_ref)] if in_ref is not None else list(repo.refs())
     for name in names:
         for entry in repo.history(name).refs([entry_id]):

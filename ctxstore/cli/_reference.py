@@ -10,7 +10,8 @@ __all__ = ["live_help", "reference"]
 
 _HEAD = """# Command line reference
 
-Generated from `ctxstore --help` and each command's `--help` by `python tools/cli_reference.py`; a test fails when this page and the live help differ.
+Generated from `ctxstore --help` and each command's `--help` by `python tools/cli_reference.py`; \
+a test fails when this page and the live help differ.
 
 Conventions: data goes to stdout as JSON (except `log --graph` / `--oneline` drawings and the tour),
 messages for people go to stderr (`-q` silences them), and an error is one line on stderr,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from ..ids import to_hex
 from ._common import EXIT_EXISTS, EXIT_USAGE, Context, emit, fail, reporting
 from ._resolve import match_ref
 
@@ -74,7 +73,7 @@ def fork(state: Context, source: str, name: str) -> None:
             fail(f"ref {existing} already exists; pick another name for the fork", EXIT_EXISTS)
         base = repo.resolve(source)
         forked = repo.history(base).fork()
-        full = repo.commit(name, forked, message=f"fork of {source}")
+        full = repo.commit(name, forked, message=f"fork of {source}").ref
     state.tell(f"forked {source} ({base[:12]}) into {full}")
     emit({"ref": full, "revision": forked.revision_id, "from": base})
 
@@ -98,5 +97,4 @@ def reflog(state: Context, ref: str, max_count: int | None) -> None:
     repo = state.repo()
     with reporting():
         moves = repo.reflog(ref, max_count)
-    emit([{"old": None if m.old is None else to_hex(m.old), "new": None if m.new is None else to_hex(m.new),
-           "time": m.time_ms, "message": m.message} for m in moves])
+    emit([{"old": m.old, "new": m.new, "time": m.time_ms, "message": m.message} for m in moves])

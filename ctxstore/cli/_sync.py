@@ -1,7 +1,6 @@
 """The sync commands of the CLI: serve, fetch, pull, push, clone and remote add/list/remove.
 
-`SYNC_COMMANDS` is what the main group registers (``cli.add_command`` for each). Run alone,
-``python -m ctxstore.cli._sync ...`` is a small group with the same ``--repo`` and ``-C`` options.
+`SYNC_COMMANDS` is what the main group registers (``cli.add_command`` for each).
 Tokens for HTTP remotes come from ``--token`` or ``CTXSTORE_TOKEN``.
 """
 
@@ -11,11 +10,17 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import click
 
+from ..repo.repository import Repository
+from ..sync.client import Progress
+from ..sync.client import clone as do_clone
+from ..sync.client import fetch as do_fetch
+from ..sync.client import pull as do_pull
+from ..sync.client import push as do_push
+from ..sync.protocol import Service, serve_stream
 from ._common import (
     DIRNAME,
     EXIT_NOT_FOUND,
@@ -35,7 +40,7 @@ _token_option = click.option("--token", envvar=ENV_TOKEN, metavar="TOKEN", defau
                              help=f"Bearer token for an HTTP remote (env {ENV_TOKEN}).")
 
 
-def _progress() -> Any:
+def _progress() -> Progress | None:
     if not stderr_is_terminal():
         return None
 
@@ -113,9 +118,6 @@ def serve(path: str | None, stdio: bool, http: str | None, tokens_file: str | No
 
 
 def _serve_stdio(root: Path) -> None:
-    from ..repo.repository import Repository
-    from ..sync.protocol import Service, serve_stream
-
     with reporting():
         repo = Repository.open(root)
         try:
@@ -131,8 +133,6 @@ def _serve_stdio(root: Path) -> None:
 @_token_option
 def fetch(remote: str, token: str | None) -> None:
     """Bring REMOTE's heads into refs/remotes/REMOTE/* and its new tags into refs/tags/ (only what is new moves)."""
-    from ..sync import fetch as do_fetch
-
     state = current_context()
     with reporting():
         result = do_fetch(state.repo(), remote, token=token, progress=_progress())
@@ -147,8 +147,6 @@ def fetch(remote: str, token: str | None) -> None:
 @_token_option
 def pull(remote: str, ref: str, rebase: bool, token: str | None) -> None:
     """Fetch REMOTE, then fast-forward (or with --rebase, rebase) local REF onto it."""
-    from ..sync import pull as do_pull
-
     state = current_context()
     with reporting():
         result = do_pull(state.repo(), remote, ref, rebase=rebase, token=token, progress=_progress())
@@ -165,8 +163,6 @@ def pull(remote: str, ref: str, rebase: bool, token: str | None) -> None:
 @_token_option
 def push(remote: str, refs: tuple[str, ...], force: bool, leases: tuple[str, ...], token: str | None) -> None:
     """Move REMOTE's REFS (default: every local head) to ours; fast-forward only unless forced."""
-    from ..sync import push as do_push
-
     state = current_context()
     repo = state.repo()
     expect: dict[str, str | None] = {}
@@ -192,8 +188,6 @@ def push(remote: str, refs: tuple[str, ...], force: bool, leases: tuple[str, ...
 @_token_option
 def clone(url: str, directory: str | None, token: str | None) -> None:
     """Copy the repository at URL into DIRECTORY/.ctxstore, with remote origin and every head."""
-    from ..sync import clone as do_clone
-
     if directory is None:
         tail = urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1] or "clone"
         directory = tail.removesuffix(".ctxstore") or "clone"

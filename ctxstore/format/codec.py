@@ -78,7 +78,7 @@ def _fits(value: Any, depth: int) -> bool:
     if t is str or t is bytes or t is bool or value is None:
         return True
     if t is int:
-        return _INT_MIN <= value <= _INT_MAX
+        return bool(_INT_MIN <= value <= _INT_MAX)
     if t is float:
         return math.isfinite(value)
     if depth >= MAX_DEPTH:
@@ -162,7 +162,7 @@ _local = threading.local()
 
 
 def _compressor(dictionary: zstandard.ZstdCompressionDict | None, level: int) -> zstandard.ZstdCompressor:
-    cache = _local.__dict__.setdefault("c", {})
+    cache: dict[tuple[int | None, int], zstandard.ZstdCompressor] = _local.__dict__.setdefault("c", {})
     key = (id(dictionary) if dictionary is not None else None, level)
     cctx = cache.get(key)
     if cctx is None:
@@ -173,7 +173,7 @@ def _compressor(dictionary: zstandard.ZstdCompressionDict | None, level: int) ->
 
 
 def _decompressor(dictionary: zstandard.ZstdCompressionDict | None) -> zstandard.ZstdDecompressor:
-    cache = _local.__dict__.setdefault("d", {})
+    cache: dict[int | None, zstandard.ZstdDecompressor] = _local.__dict__.setdefault("d", {})
     key = id(dictionary) if dictionary is not None else None
     dctx = cache.get(key)
     if dctx is None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import blake3
 
+from ..errors import InvalidInput, InvalidObject
 from ..ids import ObjectId, object_id
 from .codec import encode
 from .objects import SPINE_KEY, Object, Revision, SeqNode, encode_object
@@ -313,7 +314,7 @@ def _chunks(items: Sequence[Item], level: int) -> list[list[Item]]:
 
 
 def _count(items: Sequence[Item], level: int) -> int:
-    return len(items) if level == 0 else sum(c[1] for c in items)
+    return len(items) if level == 0 else sum(int(c[1]) for c in items)
 
 
 def _write_level(items: Sequence[Item], level: int, put: PutNode) -> list[Item]:
@@ -331,7 +332,8 @@ def _close(refs: list[Item], level: int, put: PutNode) -> ObjectId:
 
 def count(spine: Spine) -> int:
     """Entries in the list a spine stands for."""
-    return len(spine[0]) + sum(c for level in spine[1:] for _, c in level)
+    above: int = sum(c for level in spine[1:] for _, c in level)
+    return len(spine[0]) + above
 
 
 def subtrees(spine: Spine) -> list[tuple[ObjectId, int]]:
@@ -388,7 +390,8 @@ def unfold(spine: Spine) -> tuple[ObjectId, dict[ObjectId, SeqNode]]:
         oid = node_id(node)
         nodes[oid] = node
         below = [oid, node.count]
-    assert below is not None, "a spine has at least its leaf level"
+    if below is None:
+        raise InvalidObject("a spine has at least its leaf level; this one has no levels")
     return ObjectId(below[0]), nodes
 
 
@@ -426,7 +429,7 @@ def splice(spine: Spine, start: int, stop: int, items: Iterable[Item], get: GetN
     new = [[i, o] for i, o in items]
     size = count(spine)
     if not 0 <= start <= stop <= size:
-        raise ValueError(f"splice range [{start}, {stop}) is outside a list of {size} items")
+        raise InvalidInput(f"splice range [{start}, {stop}) is outside a list of {size} items")
     if start == stop == size:
         return append(spine, new, put)
     if start == stop and not new:
@@ -542,7 +545,8 @@ def _next_node(cursor: list[list[Any]], level: int, height: int, get: GetNode) -
         child = get(ObjectId(cursor[up][0].items[cursor[up][1]][0]))
         up -= 1
         cursor[up] = [child, 0]
-    return cursor[level][0]
+    node: SeqNode = cursor[level][0]
+    return node
 
 
 def iter_items(spine: Spine, get: GetNode) -> Iterator[tuple[str, ObjectId | None]]:

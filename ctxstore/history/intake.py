@@ -9,7 +9,7 @@ from ..errors import EncodingError, InvalidInput
 from ..format.codec import encode
 from ..format.objects import BLOB_THRESHOLD, ENTRY_KINDS, PATCH_OPS, Blob, Entry, Object, encode_object
 from ..ids import ObjectId
-from .workspace import new_entry_id
+from .entry_ids import new_entry_id
 
 __all__ = [
     "Encoded",
@@ -106,7 +106,9 @@ def intake_entry(value: Any, *, kind: str | None = None, sources: list[str] | No
         message, entry_id, meta = value, None, None
         kind = kind or "turn"
     explicit = entry_id is not None
-    if explicit and (not isinstance(entry_id, str) or not entry_id):
+    if entry_id is None:
+        entry_id = new_entry_id()
+    elif not isinstance(entry_id, str) or not entry_id:
         raise InvalidInput(f"entry id must be a non-empty string, not {entry_id!r}")
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         raise InvalidInput("a message is a dict with a string 'role' (and usually 'content')")
@@ -122,7 +124,7 @@ def intake_entry(value: Any, *, kind: str | None = None, sources: list[str] | No
         message["content"] = _blob_out(content, blobs)
     elif isinstance(content, list):
         message["content"] = [_blob_out(block, blobs) for block in content]
-    entry = Entry(entry_id if explicit else new_entry_id(), kind, message, meta, sources)
+    entry = Entry(entry_id, kind, message, meta, sources)
     try:
         oid, data = encode_object(entry)
     except EncodingError as exc:
@@ -132,7 +134,7 @@ def intake_entry(value: Any, *, kind: str | None = None, sources: list[str] | No
 
 def expand_message(message: dict[str, Any], blob: Callable[[ObjectId], Any]) -> dict[str, Any]:
     """A copy of a stored message with blob references replaced by their content."""
-    out = plain_copy(message)
+    out: dict[str, Any] = plain_copy(message)
     content = message.get("content")
     if type(content) is bytes:
         out["content"] = plain_copy(blob(ObjectId(content)))

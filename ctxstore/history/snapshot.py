@@ -1,23 +1,31 @@
-"""Snapshots and deltas of a MessageHistory: the seed's JSON graph shape, out and in."""
+"""Snapshots and deltas of a history's graph: the seed's JSON graph shape, out and in.
+
+Works on a `Graph` and a head revision, the data a `MessageHistory` hands over, so this module never
+needs the history class (which imports it).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..errors import InvalidInput, InvalidObject, MissingObject, UnknownRevision
+from ..errors import EncodingError, InvalidInput, InvalidObject, UnknownRevision
 from ..format import seq
 from ..format.objects import Revision
-from ..ids import ObjectId, from_hex, to_hex
+from ..ids import ObjectId, to_hex
+from .entry import read_entry
+from .graph import Graph, known_revision
 from .intake import check_patch, stored_patch
-
-if TYPE_CHECKING:
-    from .message_history import MessageHistory
+from .workspace import Workspace
 
 __all__ = ["delta_of", "load_into", "snapshot_of"]
 
 
-def _seed_operation(history: MessageHistory, op: dict[str, Any] | None) -> dict[str, Any] | None:
+def _entry_dict(ws: Workspace, oid: ObjectId) -> dict[str, Any]:
+    return read_entry(ws, oid).to_dict()
+
+
+def _seed_operation(ws: Workspace, op: dict[str, Any] | None) -> dict[str, Any] | None:
     if op is None:
         return None
     if op["type"] in ("append", "view"):
@@ -28,9 +36,9 @@ def _seed_operation(history: MessageHistory, op: dict[str, Any] | None) -> dict[
     for patch in op["patches"]:
         out = dict(patch)
         if "entries" in patch:
-            out["entries"] = [history._entry(o).to_dict() for o in patch["entries"]]
+            out["entries"] = [_entry_dict(ws, o) for o in patch["entries"]]
         if "entry" in patch:
-            out["entry"] = history._entry(patch["entry"]).to_dict()
+            out["entry"] = _entry_dict(ws, patch["entry"])
         patches.append(out)
     return {"type": "edit", "patches": patches}
 
@@ -38,8 +46,8 @@ def _seed_operation(history: MessageHistory, op: dict[str, Any] | None) -> dict[
 class _Views:
     """Entry-id lists of trees, memoised per node: revisions share most nodes with their parents."""
 
-    def __init__(self, history: MessageHistory) -> None:
-        self._ws = history.workspace
+    def __init__(self, ws: Workspace) -> None:
+        self._ws = ws
         self._ids: dict[ObjectId, list[str]] = {}
 
     def ids(self, spine: seq.Spine) -> list[str]:
@@ -86,10 +94,9 @@ class _Views:
                 out.setdefault(found)
 
 
-def _revision_dicts(history: MessageHistory, oids: list[ObjectId],
+def _revision_dicts(ws: Workspace, oids: list[ObjectId],
                     entries: dict[ObjectId, None]) -> list[dict[str, Any]]:
-    ws = history.workspace
-    views = _Views(history)
+    views = _Views(ws)
     seen: set[ObjectId] = set()
     out = []
     for oid in oids:
@@ -102,66 +109,62 @@ def _revision_dicts(history: MessageHistory, oids: list[ObjectId],
             record["parent"] = to_hex(rev.parent)
         record["createdAt"] = rev.created_at
         if rev.operation is not None:
-            record["operation"] = _seed_operation(history, rev.operation)
+            record["operation"] = _seed_operation(ws, rev.operation)
         out.append(record)
     return out
 
 
-def snapshot_of(history: MessageHistory, revisions: list[ObjectId]) -> dict[str, Any]:
-    """`{entries, revisions, head}` of the given revisions (parents first) and the entries they use."""
+def snapshot_of(graph: Graph, head: ObjectId) -> dict[str, Any]:
+    """`{entries, revisions, head}` of every revision in `graph` (parents first) and the entries they use."""
+    ws = graph.workspace
     entries: dict[ObjectId, None] = {}
-    records = _revision_dicts(history, revisions, entries)
-    return {"entries": [history._entry(o).to_dict() for o in entries], "revisions": records,
-            "head": history.revision_id}
+    records = _revision_dicts(ws, graph.revisions(), entries)
+    return {"entries": [_entry_dict(ws, o) for o in entries], "revisions": records, "head": to_hex(head)}
 
 
-def _known_revision(history: MessageHistory, text: Any, what: str) -> ObjectId:
-    try:
-        oid = from_hex(text)
-        history.workspace.revision(oid)
-    except (InvalidInput, MissingObject, InvalidObject):
-        raise UnknownRevision(f"{what} {text!r} is not a revision of this history") from None
+def _known_revision(ws: Workspace, text: Any, what: str) -> ObjectId:
+    oid = known_revision(ws, text)
+    if oid is None:
+        raise UnknownRevision(f"{what} {text!r} is not a revision of this history")
     return oid
 
 
-def _changed_items(history: MessageHistory, rev: Revision) -> set[str]:
+def _changed_items(ws: Workspace, rev: Revision) -> set[str]:
     """Ids in the leaves of `rev`'s tree that its parent's tree lacks (a superset of what it added)."""
-    ws = history.workspace
     parent = [ws.revision(rev.parent).seq] if rev.parent is not None else []
     changed = seq.diff([rev.seq], parent, ws.node)
     return {entry_id for leaf in changed.a_leaves for entry_id, _ in leaf.items}
 
 
-def delta_of(history: MessageHistory, base: str | None) -> dict[str, Any]:
-    """What `history`'s head reaches that `base` does not, in the snapshot shape plus `base`."""
-    head_chain = list(history._chain(history._head))
+def delta_of(graph: Graph, head: ObjectId, base: str | None) -> dict[str, Any]:
+    """What `head` reaches that `base` does not, in the snapshot shape plus `base`."""
+    ws = graph.workspace
+    head_chain = list(graph.chain(head))
+    base_chain: list[ObjectId] = []
     if base is None:
-        delta, base_chain = head_chain, []
+        delta = head_chain
     else:
-        base_oid = _known_revision(history, base, "base revision")
+        base_oid = _known_revision(ws, base, "base revision")
+        base_chain = list(graph.chain(base_oid))
         if base_oid in head_chain:
-            delta, base_chain = head_chain[: head_chain.index(base_oid)], None
+            delta = head_chain[: head_chain.index(base_oid)]
         else:
-            base_chain = list(history._chain(base_oid))
             members = set(base_chain)
             cut = next((n for n, oid in enumerate(head_chain) if oid in members), len(head_chain))
             delta = head_chain[:cut]
-        if base_chain is None:
-            base_chain = list(history._chain(base_oid))
-    ws = history.workspace
     wanted: set[str] = set()
     for oid in delta:
-        wanted |= _changed_items(history, ws.revision(oid))
+        wanted |= _changed_items(ws, ws.revision(oid))
     for oid in base_chain:
-        wanted -= _changed_items(history, ws.revision(oid))
+        wanted -= _changed_items(ws, ws.revision(oid))
         if not wanted:
             break
     entries: dict[ObjectId, None] = {}
-    records = _revision_dicts(history, delta, entries)
+    records = _revision_dicts(ws, delta, entries)
     in_views = {entry_id for record in records for entry_id in record["entryIds"]}
     listed = [o for o in entries if ws.entry(o).id in wanted and ws.entry(o).id in in_views]
-    return {"entries": [history._entry(o).to_dict() for o in listed], "revisions": records,
-            "head": history.revision_id, "base": base}
+    return {"entries": [_entry_dict(ws, o) for o in listed], "revisions": records,
+            "head": to_hex(head), "base": base}
 
 
 def _revision_order(records: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -187,7 +190,7 @@ def _revision_order(records: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]
     return ordered
 
 
-def _stored_operation(history: MessageHistory, op: Any) -> dict[str, Any] | None:
+def _stored_operation(graph: Graph, op: Any) -> dict[str, Any] | None:
     if op is None:
         return None
     if not isinstance(op, Mapping) or op.get("type") not in ("append", "edit", "fork", "view"):
@@ -203,7 +206,7 @@ def _stored_operation(history: MessageHistory, op: Any) -> dict[str, Any] | None
             return {"type": "view", "entryIds": list(ids)}
         oids = []
         for entry_id in ids:
-            oid = history._lookup(entry_id)
+            oid = graph.lookup(entry_id)
             if oid is None:
                 raise InvalidInput(f"append operation names entry {entry_id!r}, which the snapshot lacks")
             oids.append(oid)
@@ -213,33 +216,36 @@ def _stored_operation(history: MessageHistory, op: Any) -> dict[str, Any] | None
         raise InvalidInput("edit operation needs 'patches', a list")
     for patch in patches:
         check_patch(patch)
-    return {"type": "edit", "patches": [stored_patch(p, history._make_entries) for p in patches]}
+    return {"type": "edit", "patches": [stored_patch(p, graph.make_entries) for p in patches]}
 
 
-def _tree_for(history: MessageHistory, parent: ObjectId | None, ids: list[str], views: _Views) -> seq.Spine:
+def _tree_for(graph: Graph, parent: ObjectId | None, ids: list[str], views: _Views) -> seq.Spine:
     """The tree of `ids`: the parent's tree extended when `ids` only adds to it, else built whole."""
-    ws = history.workspace
+    ws = graph.workspace
     if parent is not None:
         base = ws.revision(parent).seq
         before = views.ids(base)
         if len(ids) >= len(before) and ids[: len(before)] == before:
-            added = [[i, history._lookup(i)] for i in ids[len(before):]]
+            added = [[i, graph.lookup(i)] for i in ids[len(before):]]
             return seq.append(base, added, ws.put)
-    return seq.build([[i, history._lookup(i)] for i in ids], ws.put)
+    return seq.build([[i, graph.lookup(i)] for i in ids], ws.put)
 
 
-def load_into(history: MessageHistory, data: Mapping[str, Any], *, fresh: bool) -> MessageHistory:
-    """Add a snapshot's or delta's graph to `history`'s objects; a history at its head."""
+def load_into(graph: Graph, data: Mapping[str, Any], *, fresh: bool) -> tuple[Graph, ObjectId]:
+    """Add a snapshot's or delta's graph to `graph`'s workspace: the graph that knows it, and its head.
+
+    `fresh` (a snapshot loaded into an empty history) keeps only the loaded graph's tips.
+    """
     if not isinstance(data, Mapping):
         raise InvalidInput("a snapshot is a dict with 'entries', 'revisions' and 'head'")
     entries, records, head = data.get("entries"), data.get("revisions"), data.get("head")
     if not isinstance(entries, list) or not isinstance(records, list) or not isinstance(head, str):
         raise InvalidInput("a snapshot needs 'entries' (list), 'revisions' (list) and 'head' (string)")
-    ws = history.workspace
-    history._make_entries(entries)
+    ws = graph.workspace
+    graph.make_entries(entries)
     mapped: dict[str, ObjectId] = {}
     parents: set[ObjectId] = set()
-    views = _Views(history)
+    views = _Views(ws)
     for record in _revision_order(records):
         ids = record.get("entryIds")
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
@@ -254,14 +260,17 @@ def load_into(history: MessageHistory, data: Mapping[str, Any], *, fresh: bool) 
         if parent_text is not None:
             parent = mapped.get(parent_text) if isinstance(parent_text, str) else None
             if parent is None:
-                parent = _known_revision(history, parent_text, f"parent of revision {record['id']!r}")
+                parent = _known_revision(ws, parent_text, f"parent of revision {record['id']!r}")
             parents.add(parent)
-        root = _tree_for(history, parent, ids, views)
-        operation = _stored_operation(history, record.get("operation"))
-        mapped[record["id"]] = ws.put(Revision(parent, created, operation, root, len(ids)))
-    head_oid = mapped.get(head) or _known_revision(history, head, "head")
+        root = _tree_for(graph, parent, ids, views)
+        operation = _stored_operation(graph, record.get("operation"))
+        try:
+            mapped[record["id"]] = ws.put(Revision(parent, created, operation, root, len(ids)))
+        except (EncodingError, InvalidObject) as exc:
+            raise InvalidInput(f"revision {record['id']!r} cannot be stored: {exc}") from None
+    head_oid = mapped.get(head) or _known_revision(ws, head, "head")
     new_tips = {oid for oid in mapped.values() if oid not in parents}
-    tips = frozenset(new_tips) if fresh else (history._tips - parents) | new_tips
+    tips = frozenset(new_tips) if fresh else (graph.tips - parents) | new_tips
     if head_oid not in tips and not fresh:
         tips = tips | {head_oid}
-    return type(history)._derive(ws, head_oid, frozenset(tips or {head_oid}))
+    return graph.with_tips(frozenset(tips or {head_oid})), head_oid

@@ -1,358 +1,190 @@
-"""Import and export: message lists (JSON, JSONL), snapshots, and Claude Code transcripts.
+"""Import and export of message lists (JSON, JSON Lines) and snapshots, and `import_file` for any format.
 
-Every import builds the new revisions in memory and lands them with one `Repository.commit_many`, so a
-file that turns out to be bad part-way leaves the repository exactly as it was.
+`detect_format` is the one routine that tells a file's format from its content; `import_file` reads a
+file of any format (Claude Code transcripts through `claude_code`). Every import builds the new
+revisions in memory and lands them in one commit, so a file that turns out to be bad part-way leaves
+the repository exactly as it was.
 """
 
 from __future__ import annotations
 
+import io
 import json
-import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import IO, Any, Final
 
-from ..errors import CtxStoreError, InvalidInput, NonFastForward, StoreError
+from ..errors import CtxStoreError, InvalidInput
 from ..history.message_history import MessageHistory
 from ..repo.repository import Repository
-from ..report import json_fields
+from .claude_code import import_claude_code, is_transcript_record
+from .landing import ImportResult, land
+from .source import Source, json_lines, parse_json, read_text, source_name
 
 __all__ = [
     "EXPORT_FORMATS",
     "IMPORT_FORMATS",
-    "ImportResult",
     "detect_format",
     "export_ref",
-    "import_claude_code",
     "import_file",
     "import_messages",
     "import_snapshot",
-    "parse_claude_code",
+    "parse_messages",
     "write_export",
 ]
 
 IMPORT_FORMATS: Final = ("json", "jsonl", "snapshot", "claude")
+"""What an import reads: a JSON list of messages, JSON Lines of messages, a snapshot, a Claude Code transcript."""
 EXPORT_FORMATS: Final = ("json", "jsonl", "snapshot")
+"""What an export writes: a JSON list, JSON Lines, or a snapshot of the whole lineage."""
 _BATCH = 1000
 """Messages per revision when importing a list: bounds the size of one revision's operation."""
-_REBASES = 50
 
 
-@dataclass
-class ImportResult:
-    """What an import did: the refs it moved (full name to revision id) and how many entries it added."""
+# -- telling formats apart ---------------------------------------------------------------------------
 
-    refs: dict[str, str] = field(default_factory=dict)
-    entries: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The result as JSON-ready data."""
-        return json_fields(self)
+def _is_snapshot(value: Any) -> bool:
+    return isinstance(value, Mapping) and {"entries", "revisions", "head"} <= set(value)
 
 
-# -- reading files -----------------------------------------------------------------------------------
-
-def _read_text(source: str | os.PathLike[str] | IO[str]) -> str:
-    if hasattr(source, "read"):
-        return str(source.read())  # type: ignore[union-attr]
-    try:
-        return Path(source).read_text(encoding="utf-8")  # type: ignore[arg-type]
-    except FileNotFoundError:
-        raise InvalidInput(f"no file {os.fspath(source)}; check the path") from None  # type: ignore[arg-type]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"cannot read {os.fspath(source)}: {exc}") from None  # type: ignore[arg-type]
-
-
-def _json_lines(text: str) -> list[Any]:
-    lines = text.splitlines()
-    out = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except ValueError as exc:
-            if n == len(lines):
-                break  # a transcript still being written may end in half a line
-            raise InvalidInput(f"line {n} is not JSON ({exc}); fix or remove it") from None
-    return out
+def _is_message_list(value: Any) -> bool:
+    return isinstance(value, list) or (isinstance(value, Mapping) and isinstance(value.get("messages"), list))
 
 
 def detect_format(text: str) -> str:
-    """Guess a file's import format from its content: snapshot, json, claude or jsonl."""
+    """The import format of a file's content: "json", "jsonl", "snapshot" or "claude" (`IMPORT_FORMATS`).
+
+    A JSON document over several lines is a snapshot or a message list; JSON Lines are a Claude Code
+    transcript when the first record is one only Claude Code writes (a message record with a `uuid`, or
+    the `summary` title that may open the file), else messages.
+    """
     stripped = text.lstrip()
-    if stripped.startswith("["):
-        return "json"
-    if stripped.startswith("{"):
-        first, _, rest = stripped.partition("\n")
-        try:
-            value = json.loads(first if rest.strip() else stripped)
-        except ValueError:
-            try:
-                value = json.loads(stripped)
-            except ValueError:
-                raise InvalidInput("the file is neither JSON nor JSON lines") from None
-            return "snapshot" if _is_snapshot(value) else "json"
-        if not rest.strip() and _is_snapshot(value):
-            return "snapshot"
-        if isinstance(value, dict) and ("uuid" in value or "sessionId" in value
-                                        or value.get("type") in ("summary", "file-history-snapshot")):
-            return "claude"
-        return "jsonl"
     if not stripped:
         raise InvalidInput("the file is empty; nothing to import")
-    raise InvalidInput("the file is not JSON, JSON lines, a snapshot or a Claude Code transcript")
+    if stripped.startswith("["):
+        return "json"
+    if not stripped.startswith("{"):
+        raise InvalidInput("the file is not JSON, JSON Lines, a snapshot or a Claude Code transcript; "
+                           f"give its format ({', '.join(IMPORT_FORMATS)})")
+    first, _, rest = stripped.partition("\n")
+    try:
+        value = json.loads(first)
+    except (ValueError, RecursionError):
+        # The first line is not a value of its own: one JSON document spread over several lines.
+        whole = parse_json(stripped, "the file")
+        return "snapshot" if _is_snapshot(whole) else "json"
+    if is_transcript_record(value):
+        return "claude"
+    if not rest.strip():
+        if _is_snapshot(value):
+            return "snapshot"
+        if _is_message_list(value):
+            return "json"
+    return "jsonl"
 
 
-def _is_snapshot(value: Any) -> bool:
-    return isinstance(value, dict) and {"entries", "revisions", "head"} <= set(value)
+# -- import ------------------------------------------------------------------------------------------
 
-
-def import_file(repo: Repository, source: str | os.PathLike[str] | IO[str], ref: str | None = None, *,
-                format: str | None = None, force: bool = False) -> ImportResult:
-    """Import a file of any supported format into `ref` (for transcripts, default ``claude/<session>``)."""
-    text = _read_text(source)
-    fmt = format or detect_format(text)
-    if fmt not in IMPORT_FORMATS:
-        raise InvalidInput(f"unknown import format {fmt!r}; use one of {', '.join(IMPORT_FORMATS)}")
-    if fmt == "claude":
-        return import_claude_code(repo, _json_lines(text), ref, force=force)
-    if ref is None:
-        raise InvalidInput("name the ref to import into (for example main)")
-    if fmt == "snapshot":
-        try:
-            snapshot = json.loads(text)
-        except ValueError as exc:
-            raise InvalidInput(f"the snapshot is not JSON: {exc}") from None
-        return import_snapshot(repo, ref, snapshot, force=force)
-    if fmt == "json":
-        try:
-            messages = json.loads(text)
-        except ValueError as exc:
-            raise InvalidInput(f"the file is not JSON: {exc}") from None
-        if isinstance(messages, dict) and isinstance(messages.get("messages"), list):
-            messages = messages["messages"]
-        if not isinstance(messages, list):
-            raise InvalidInput("a JSON import is a list of messages (or of entries with 'message')")
+def parse_messages(text: str) -> list[Any]:
+    """Messages (or entry inputs with 'message') from JSON text: one object, a list of them, or JSON Lines."""
+    stripped = text.strip()
+    if not stripped:
+        raise InvalidInput("there are no messages: give a JSON message, a list of messages, or JSON Lines")
+    try:
+        value = json.loads(stripped)
+    except (ValueError, RecursionError):
+        items = json_lines(stripped)
     else:
-        messages = _json_lines(text)
-    return import_messages(repo, ref, messages, force=force)
+        items = value if isinstance(value, list) else [value]
+    _check_objects(items)
+    return items
 
 
-# -- messages and snapshots --------------------------------------------------------------------------
+def _check_objects(items: Sequence[Any]) -> None:
+    for number, item in enumerate(items, 1):
+        if not isinstance(item, Mapping):
+            raise InvalidInput(f"message {number} is not a JSON object but {json.dumps(item)[:40]}; "
+                               'give e.g. {"role": "user", "content": "hi"}')
 
-def _land(repo: Repository, updates: dict[str, MessageHistory], *, force: bool) -> dict[str, str]:
-    """Commit histories; a single-ref import that lost a race is rebased and tried again."""
-    for _attempt in range(_REBASES):
-        try:
-            names = repo.commit_many(updates, force=force, message="import")
-            return {name: h.revision_id for name, h in zip(names, updates.values(), strict=True)}
-        except NonFastForward:
-            if len(updates) != 1:
-                raise
-            [(ref, history)] = updates.items()
-            updates = {ref: repo.rebase(history, onto=ref)}
-    raise StoreError("the ref kept moving during the import; try again")
+
+def _message_list(value: Any) -> list[Any]:
+    if isinstance(value, Mapping) and isinstance(value.get("messages"), list):
+        value = value["messages"]
+    if not isinstance(value, list):
+        raise InvalidInput("a JSON import is a list of messages (or of entries with 'message'), "
+                           'or {"messages": [...]}')
+    return value
+
+
+def import_file(repo: Repository, source: Source, ref: str | None = None, *, format: str | None = None,
+                force: bool = False) -> ImportResult:
+    """Import a file (a path or a text stream) of any of `IMPORT_FORMATS` into `ref`.
+
+    The format is detected from the content unless given. A Claude Code transcript names its own ref
+    when `ref` is None (``claude/<session>``); other formats need one. `force` moves a ref that the
+    import does not descend from (a snapshot of another lineage, a re-imported transcript).
+    """
+    if format is not None and format not in IMPORT_FORMATS:
+        raise InvalidInput(f"unknown import format {format!r}; use one of {', '.join(IMPORT_FORMATS)}")
+    text = read_text(source)
+    fmt = format or detect_format(text)
+    message = f"import {fmt} from {source_name(source)}"
+    if fmt == "claude":
+        return import_claude_code(repo, json_lines(text, partial_tail=True), ref, force=force, message=message)
+    if ref is None:
+        raise InvalidInput(f"name the ref to import {source_name(source)} into (for example main); "
+                           "only a Claude Code transcript names its own")
+    if fmt == "snapshot":
+        return import_snapshot(repo, ref, parse_json(text, "the snapshot"), force=force, message=message)
+    messages = _message_list(parse_json(text, "the file")) if fmt == "json" else json_lines(text)
+    return replace(import_messages(repo, ref, messages, force=force, message=message), format=fmt)
 
 
 def import_messages(repo: Repository, ref: str, messages: Sequence[Any], *, force: bool = False,
-                    batch: int = _BATCH) -> ImportResult:
-    """Append messages (or entry inputs with 'message') to a ref, `batch` per revision, in one commit."""
+                    batch: int = _BATCH, message: str = "") -> ImportResult:
+    """Append messages (or entry inputs with 'message') to a ref, `batch` per revision, in one commit.
+
+    A ref that another writer moved meanwhile is rebased onto, as appending does.
+    """
     if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
         raise InvalidInput("messages must be a list")
     if not messages:
         raise InvalidInput("there are no messages to import")
+    _check_objects(messages)
     history = repo.history(ref)
     for start in range(0, len(messages), batch):
         try:
             history = history.extend(messages[start:start + batch])
-        except InvalidInput as exc:
+        except CtxStoreError as exc:
             raise InvalidInput(f"message {start + 1}..{min(start + batch, len(messages))}: {exc}") from None
-    refs = _land(repo, {ref: history}, force=force)
-    return ImportResult(refs, len(messages))
+    return land(repo, {ref: history}, format="json", entries=len(messages), force=force, rebase=True,
+                message=message or "import messages")
 
 
-def import_snapshot(repo: Repository, ref: str, snapshot: Mapping[str, Any], *,
-                    force: bool = False) -> ImportResult:
-    """Store a snapshot (ours or the TypeScript library's) and point `ref` at its head.
+def import_snapshot(repo: Repository, ref: str, snapshot: Any, *, force: bool = False,
+                    message: str = "") -> ImportResult:
+    """Store a snapshot (``{entries, revisions, head}``: ours or the TypeScript library's) at `ref`.
 
-    Snapshot revision ids are the writer's; they are re-hashed here, so the ref gets a new id for the
-    same graph. An existing ref moves only if the snapshot descends from it, or with `force`.
+    Snapshot revision ids are the writer's; they are re-hashed here, so a snapshot from elsewhere gets
+    new ids for the same graph (one of ours keeps its ids). An existing ref moves only if the snapshot
+    descends from it, or with `force`.
     """
-    history = MessageHistory.from_snapshot(snapshot)
-    refs = repo.commit_many({ref: history}, force=force, message="import snapshot")
-    return ImportResult({n: history.revision_id for n in refs}, len(snapshot.get("entries") or []))
-
-
-# -- Claude Code transcripts -------------------------------------------------------------------------
-
-@dataclass
-class _Node:
-    """One kept transcript step: a message (consecutive records of one assistant message merged)."""
-
-    uuid: str
-    kind: str  # "message", "summary" (isCompactSummary) or "boundary" (compact_boundary)
-    record: dict[str, Any]
-    message: dict[str, Any] | None
-    uuids: list[str]
-    sidechain: bool
-    parent: str | None = None
-    children: list[str] = field(default_factory=list)
-
-
-def _content_list(content: Any) -> list[Any]:
-    if isinstance(content, list):
-        return list(content)
-    if content is None or content == "":
-        return []
-    return [{"type": "text", "text": str(content)}]
-
-
-def _meta(node: _Node) -> dict[str, Any]:
-    rec = node.record
-    info: dict[str, Any] = {"uuid": node.uuid}
-    if len(node.uuids) > 1:
-        info["uuids"] = list(node.uuids)
-    for key in ("parentUuid", "timestamp", "sessionId", "isSidechain", "cwd", "gitBranch", "version"):
-        if rec.get(key) is not None:
-            info[key] = rec[key]
-    msg = rec.get("message")
-    if isinstance(msg, dict):
-        for key in ("model", "id", "usage", "stop_reason"):
-            if msg.get(key) is not None:
-                info["messageId" if key == "id" else key] = msg[key]
-    if node.kind == "boundary" and isinstance(rec.get("compactMetadata"), dict):
-        info["compactMetadata"] = rec["compactMetadata"]
-    return {"claudeCode": json.loads(json.dumps(info))}
-
-
-def parse_claude_code(records: Iterable[Any]) -> tuple[dict[str, _Node], list[str], str | None]:
-    """The kept steps of a transcript by uuid, their uuids in file order, and the session id."""
-    nodes: dict[str, _Node] = {}
-    order: list[str] = []
-    alias: dict[str, str] = {}  # every record uuid -> the kept step it belongs to or stands behind
-    raw_parent: dict[str, str | None] = {}
-    session: str | None = None
-    last_main: str | None = None
-    for n, rec in enumerate(records, 1):
-        if not isinstance(rec, dict):
-            raise InvalidInput(f"transcript record {n} is not a JSON object")
-        uuid = rec.get("uuid")
-        if not isinstance(uuid, str) or not uuid or uuid in raw_parent:
-            continue  # titles, file snapshots and repeated records carry no conversation step
-        session = session or (rec.get("sessionId") if isinstance(rec.get("sessionId"), str) else None)
-        parent = rec.get("parentUuid") if isinstance(rec.get("parentUuid"), str) else None
-        kind = None
-        rtype = rec.get("type")
-        msg = rec.get("message")
-        if rtype == "system" and rec.get("subtype") == "compact_boundary":
-            kind = "boundary"
-            parent = parent or (rec.get("logicalParentUuid") if isinstance(rec.get("logicalParentUuid"), str)
-                                else None)
-        elif rtype in ("user", "assistant") and isinstance(msg, dict):
-            kind = "summary" if rec.get("isCompactSummary") else "message"
-        sidechain = bool(rec.get("isSidechain"))
-        if parent is None and sidechain and last_main is not None:
-            parent = last_main  # a subagent's first step: branch where the main line stood
-        raw_parent[uuid] = parent
-        target = alias.get(parent) if parent is not None else None
-        if kind is None:
-            alias[uuid] = target if target is not None else ""  # a step with no message: pass through
-            continue
-        role = msg.get("role") if isinstance(msg, dict) else None
-        if kind == "message" and rtype == "assistant" and target and nodes[target].kind == "message":
-            prev = nodes[target]
-            same = (isinstance(prev.record.get("message"), dict) and prev.message is not None
-                    and prev.message.get("role") == "assistant" and isinstance(msg, dict)
-                    and msg.get("id") is not None and prev.record["message"].get("id") == msg.get("id"))
-            if same and not prev.children:
-                # Claude Code writes one record per content block of an assistant message: rejoin them.
-                prev.message["content"] = _content_list(prev.message.get("content")) + _content_list(
-                    msg.get("content"))
-                prev.uuids.append(uuid)
-                alias[uuid] = target
-                continue
-        if kind == "boundary":
-            message: dict[str, Any] | None = {"role": "user",
-                                              "content": str(rec.get("content") or "Conversation compacted")}
-        else:
-            message = {"role": role if isinstance(role, str) else str(rtype),
-                       "content": json.loads(json.dumps(msg.get("content", "")))}
-        node = _Node(uuid, kind, rec, message, [uuid], sidechain, parent=target or None)
-        nodes[uuid] = node
-        order.append(uuid)
-        alias[uuid] = uuid
-        if node.parent is not None:
-            nodes[node.parent].children.append(uuid)
-        if not sidechain:
-            last_main = uuid
-    return nodes, order, session
-
-
-def _view_ids(history: MessageHistory) -> list[str]:
-    return [e.id for e in history.refs()]
-
-
-def _apply(history: MessageHistory, node: _Node, nodes: Mapping[str, _Node]) -> MessageHistory:
-    entry = {"id": node.uuid, "message": node.message, "meta": _meta(node)}
-    if node.kind == "message":
-        return history.append(entry)
-    if node.kind == "boundary" and any(nodes[c].kind == "summary" for c in node.children):
-        return history  # the summary record that follows carries the text; the boundary adds nothing
-    sources = _view_ids(history)
-    return history.edit({"op": "summary", "sourceIds": sources, "replace": True, "entry": entry})
-
-
-def import_claude_code(repo: Repository, records: Iterable[Any] | str | os.PathLike[str],
-                       ref: str | None = None, *, force: bool = False) -> ImportResult:
-    """Import a Claude Code transcript (``~/.claude/projects/*/<session>.jsonl``) as refs.
-
-    The main line (ending at the last non-sidechain step) goes to `ref` (default ``claude/<session>``);
-    every other line of the record tree (subagent sidechains, retried or edited turns) becomes a fork
-    named ``<ref>/sidechain-<uuid8>`` or ``<ref>/fork-<uuid8>`` after its last step. Record uuids are the
-    entry ids; records of one assistant message are joined; a compaction becomes a summary entry whose
-    sources are the entries it replaced, so `restore` still reaches them. All refs land in one commit;
-    a ref that already exists is replaced only with `force` (re-importing a session needs it).
-    """
-    if isinstance(records, str | os.PathLike):
-        records = _json_lines(_read_text(records))
-    nodes, order, session = parse_claude_code(records)
-    if not nodes:
-        raise InvalidInput("the transcript has no user or assistant messages to import")
-    base = ref or f"claude/{session or 'session'}"
-    tips = [u for u in order if not nodes[u].children]
-    main_tips = [u for u in tips if not nodes[u].sidechain]
-    main = main_tips[-1] if main_tips else tips[-1]
-    states: dict[str, MessageHistory] = {}
-    repo.ref_name(base)  # a bad name fails before any work
-    root = MessageHistory(source=repo.store)
-    updates: dict[str, MessageHistory] = {}
-    for tip in [main, *[t for t in tips if t != main]]:
-        chain = []
-        at: str | None = tip
-        while at is not None and at not in states:
-            chain.append(at)
-            at = nodes[at].parent
-        history = root if at is None else states[at]
-        if tip != main and at is not None:
-            history = history.fork()
-        for uuid in reversed(chain):
-            try:
-                history = _apply(history, nodes[uuid], nodes)
-            except CtxStoreError as exc:
-                raise InvalidInput(f"transcript record {uuid}: {exc}") from None
-            states[uuid] = history
-        kind = "sidechain" if nodes[tip].sidechain else "fork"
-        updates[base if tip == main else f"{base}/{kind}-{tip[:8]}"] = history
-    refs = repo.commit_many(updates, force=force, message="import claude code transcript")
-    return ImportResult({n: h.revision_id for n, h in zip(refs, updates.values(), strict=True)}, len(nodes))
+    if not isinstance(snapshot, Mapping) or not _is_snapshot(snapshot):
+        raise InvalidInput("a snapshot is a JSON object with entries, revisions and head")
+    entries, revisions = snapshot["entries"], snapshot["revisions"]
+    if not isinstance(entries, list) or not isinstance(revisions, list):
+        raise InvalidInput("a snapshot's entries and revisions are lists")
+    try:
+        history = MessageHistory.from_snapshot(snapshot)
+    except CtxStoreError as exc:
+        raise InvalidInput(f"the snapshot is not a valid history: {exc}") from None
+    return land(repo, {ref: history}, format="snapshot", entries=len(entries), force=force,
+                message=message or "import snapshot")
 
 
 # -- export ------------------------------------------------------------------------------------------
 
-def _export_lines(repo: Repository, ref: str, fmt: str, with_ids: bool) -> Iterator[str]:
-    history = repo.history(ref)
+def _export_lines(history: MessageHistory, fmt: str, with_ids: bool) -> Iterator[str]:
     if fmt == "snapshot":
         yield json.dumps(history.to_snapshot(), ensure_ascii=False)
         yield "\n"
@@ -369,22 +201,20 @@ def _export_lines(repo: Repository, ref: str, fmt: str, with_ids: bool) -> Itera
 
 def write_export(repo: Repository, ref: str, out: IO[str], *, format: str = "json",
                  with_ids: bool = False) -> None:
-    """Write a ref's view to a text stream as JSON, JSONL, or a snapshot of its whole lineage.
+    """Write the view of a ref (or revision) to a text stream in one of `EXPORT_FORMATS`.
 
-    With `with_ids`, JSON and JSONL hold entries (id, kind, message, meta, sources), which import
-    reads back with their ids; otherwise plain messages, ready for a model.
+    JSON and JSONL hold plain messages, ready for a model; with `with_ids`, entries (id, kind, message,
+    meta, sources), which import reads back with their ids. A snapshot holds the whole lineage.
     """
     if format not in EXPORT_FORMATS:
         raise InvalidInput(f"unknown export format {format!r}; use one of {', '.join(EXPORT_FORMATS)}")
     repo.resolve(ref)  # an unknown ref is an error, not an empty export
-    for chunk in _export_lines(repo, ref, format, with_ids):
+    for chunk in _export_lines(repo.history(ref), format, with_ids):
         out.write(chunk)
 
 
 def export_ref(repo: Repository, ref: str, *, format: str = "json", with_ids: bool = False) -> str:
     """`write_export` into a string."""
-    import io
-
     buf = io.StringIO()
     write_export(repo, ref, buf, format=format, with_ids=with_ids)
     return buf.getvalue()

@@ -306,7 +306,9 @@ def decode_record(body: bytes,
         revision = from_value(value, trusted=True)
     except CtxStoreError as exc:
         raise BadPack(str(exc)) from None
-    assert isinstance(revision, Revision)  # a rebuildable record is a revision with an append operation
+    if not isinstance(revision, Revision):
+        raise BadPack(f"is a rebuildable record of a {type(revision).__name__.lower()}; only an append "
+                      "revision can be rebuildable")
     # Successive revisions of a chain share most of their spine: encoded directly, reusing the last one's.
     fast = seq.encode_revision(revision, rebuilder.spine_bytes)
     if fast is None:

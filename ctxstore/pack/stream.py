@@ -10,16 +10,15 @@ parent's tree (`ctxstore.pack.records`). The byte layout is specified in ``docs/
 
 Both directions stream: `write_pack` yields chunks and `read_pack` yields objects as they arrive, holding
 at most one object and one bounded decompression step in memory. Because the trailer comes last, what
-`read_pack` yields is unverified until the iterator is exhausted without error; `verify_pack` reads a
-whole pack into a `StagedPack` (spooled to disk when large) so that a receiver can check connectivity
-(`missing_references`) and then write everything in one transaction.
+`read_pack` yields is unverified until the iterator is exhausted without error; `ctxstore.pack.staging`
+holds a whole pack aside until it is verified. One pack version is read and written, `VERSION`; a pack
+of any other version is refused, naming both.
 """
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
-from typing import Any, BinaryIO, Protocol
+from collections.abc import Callable, Container, Iterable, Iterator
+from typing import Any, Protocol
 
 import blake3
 import cbor2
@@ -28,9 +27,8 @@ import zstandard
 from ..errors import BadPack, CtxStoreError, InvalidInput, InvalidObject
 from ..format import seq
 from ..format.codec import MAX_OBJECT_SIZE
-from ..format.objects import Object, from_value, references
+from ..format.objects import Object, from_value
 from ..ids import ObjectId, object_id, to_hex
-from ..store.base import ObjectSource
 from .records import BACKREF_TAG, DERIVED_TAG, Lookup, Rebuilder, decode_record, encode_record
 
 __all__ = [
@@ -40,22 +38,16 @@ __all__ = [
     "MAX_CHUNK",
     "MAX_WINDOW_SIZE",
     "PackSource",
-    "StagedPack",
     "VERSION",
-    "VERSIONS",
     "check_shape",
-    "missing_references",
     "read_pack",
-    "verify_pack",
+    "read_parsed",
     "write_pack",
 ]
 
 MAGIC = b"CTXP"
 VERSION = 3
-"""The pack version this ctxstore writes."""
-VERSIONS = (3,)
-"""The pack versions this ctxstore reads. Versions 1 and 2 carry repository format 1 objects, whose
-revisions point at a stored tree root instead of holding their spine (docs/format.md)."""
+"""The pack version this ctxstore reads and writes (the one byte after the magic number)."""
 MAX_CHUNK = 1 << 20
 """Largest compressed chunk a reader accepts (writers emit about 64 KiB)."""
 MAX_WINDOW_SIZE = 1 << 25
@@ -109,7 +101,7 @@ def _read_varint(read: Callable[[int, str], bytes], what: str, where: str) -> in
 
 
 def write_pack(objects: Iterable[tuple[ObjectId, bytes]], count: int, *, level: int = 9,
-               rebuildable: Container[bytes] = frozenset(), version: int = VERSION) -> Iterator[bytes]:
+               rebuildable: Container[bytes] = frozenset()) -> Iterator[bytes]:
     """Stream a pack of `count` objects (id, canonical bytes) as bytes chunks.
 
     Order matters for size, not correctness: an object that comes after the objects it references (entries
@@ -117,15 +109,13 @@ def write_pack(objects: Iterable[tuple[ObjectId, bytes]], count: int, *, level: 
     one- or two-byte back-reference. The revisions named in `rebuildable` (append revisions whose
     spine the receiver rebuilds from the parent's; the caller has checked that it comes out the same,
     and leaves the nodes the append closed out of `objects`) are sent without treeSpine, size and entry ids.
-    `version` must be one of `VERSIONS`. Raises `InvalidInput` if the objects are not `count` distinct
+    The pack is of version `VERSION`. Raises `InvalidInput` if the objects are not `count` distinct
     objects whose ids match their bytes.
     """
     if type(count) is not int or count < 0:
         raise InvalidInput(f"write_pack needs a non-negative object count, not {count!r}")
-    if version not in VERSIONS:
-        raise InvalidInput(f"pack version {version} is not one this ctxstore writes ({list(VERSIONS)})")
     hasher = blake3.blake3()
-    header = MAGIC + bytes([version]) + _varint(count)
+    header = MAGIC + bytes([VERSION]) + _varint(count)
     hasher.update(header)
     yield header
 
@@ -147,6 +137,8 @@ def write_pack(objects: Iterable[tuple[ObjectId, bytes]], count: int, *, level: 
     for here, (oid, data) in enumerate(objects):
         if here >= count:
             raise InvalidInput(f"write_pack was told {count} objects but given more")
+        if not isinstance(data, bytes):
+            raise InvalidInput(f"object {here}: its data must be bytes, not {type(data).__name__}")
         if object_id(data) != oid:
             raise InvalidInput(f"object {here} does not hash to its id {to_hex(oid)}; the store is corrupt")
         if oid in index:
@@ -179,7 +171,7 @@ class _Wire:
         self.offset = 0
         self.hasher = blake3.blake3()
         self._file: _Readable | None = None
-        self._chunks: Iterator[Any] | None = None
+        self._chunks: Iterator[Any] = iter(())
         self._buf = b""
         self._pos = 0
         if isinstance(source, bytes | bytearray | memoryview):
@@ -198,7 +190,6 @@ class _Wire:
                 raise InvalidInput(f"the pack's file returned {type(got).__name__}, not bytes; "
                                    "open it in binary mode")
             return bytes(got)
-        assert self._chunks is not None
         for chunk in self._chunks:
             if not isinstance(chunk, bytes | bytearray | memoryview):
                 raise InvalidInput(f"a pack chunk is {type(chunk).__name__}, not bytes")
@@ -365,6 +356,18 @@ def read_pack(source: PackSource, *, max_object_size: int = MAX_OBJECT_SIZE,
         yield oid, data
 
 
+def read_parsed(source: PackSource, *, max_object_size: int = MAX_OBJECT_SIZE,
+                max_total_size: int = DEFAULT_MAX_TOTAL_SIZE, max_objects: int = DEFAULT_MAX_OBJECTS,
+                lookup: Lookup | None = None) -> Iterator[tuple[ObjectId, bytes, Object]]:
+    """`read_pack` with the default check, yielding each object parsed too: (id, canonical bytes, object).
+
+    What a receiver that keeps the objects' references needs (`ctxstore.pack.staging.verify_pack`):
+    the parse is the shape check, so it costs nothing extra. The same rules and errors as `read_pack`.
+    """
+    for oid, data, obj in _read(source, max_object_size, max_total_size, max_objects, None, lookup, True):
+        yield oid, data, (obj if obj is not None else from_value(cbor2.loads(data)))
+
+
 def _read(source: PackSource, max_object_size: int, max_total_size: int, max_objects: int,
           check: Callable[[bytes], Any] | None, lookup: Lookup | None,
           parse: bool) -> Iterator[tuple[ObjectId, bytes, Object | None]]:
@@ -374,13 +377,10 @@ def _read(source: PackSource, max_object_size: int, max_total_size: int, max_obj
     if magic != MAGIC:
         raise BadPack(f"not a ctxstore pack: it starts with {magic!r}, not {MAGIC!r}")
     version = wire.read(1, "the version")[0]
-    if version in (1, 2):
-        raise BadPack(f"bad pack: version {version} carries repository format 1 objects, which this ctxstore "
-                      f"does not read (it reads pack version {VERSION}, format 2); the sender needs a newer "
-                      "ctxstore")
-    if version not in VERSIONS:
-        raise BadPack(f"bad pack: format version {version} is not supported (this ctxstore reads versions "
-                      f"{list(VERSIONS)}); upgrade ctxstore or ask the sender for version {VERSION}")
+    if version != VERSION:
+        raise BadPack(f"bad pack: pack version {version} is not supported (this ctxstore reads and writes "
+                      f"pack version {VERSION} only); the sender and receiver need the same ctxstore pack "
+                      "version")
     count = wire.varint("the object count")
     if count > max_objects:
         raise BadPack(f"bad pack: it declares {count} objects, over the limit of {max_objects}; "
@@ -434,112 +434,3 @@ def _read(source: PackSource, max_object_size: int, max_total_size: int, max_obj
         raise BadPack(f"bad pack: trailer checksum mismatch at byte {wire.offset - TRAILER_SIZE} (the pack "
                       "was corrupted in transit); nothing from it may be used, fetch again")
     wire.check_end()
-
-
-# -- staging and connectivity ----------------------------------------------------------------------------
-
-class StagedPack:
-    """A fully verified pack, held aside (in memory, spilling to a temporary file) until it is written.
-
-    Iterating yields (id, canonical bytes) in pack order; `objects` maps each id to its parsed object;
-    `links` maps each id to the ids it references.
-    """
-
-    def __init__(self, spool_size: int) -> None:
-        self._file: BinaryIO = tempfile.SpooledTemporaryFile(max_size=spool_size)  # noqa: SIM115
-        self._spans: list[tuple[ObjectId, int, int]] = []
-        self._where: dict[bytes, int] = {}
-        self.links: dict[ObjectId, list[ObjectId]] = {}
-
-    def _add(self, oid: ObjectId, data: bytes, links: list[ObjectId]) -> None:
-        start = self._file.seek(0, 2)  # `get` may have moved the position
-        self._file.write(data)
-        self._where[oid] = len(self._spans)
-        self._spans.append((oid, start, len(data)))
-        self.links[oid] = links
-
-    def get(self, oid: bytes) -> bytes | None:
-        """The bytes of a staged object, or None if the pack has no such object."""
-        at = self._where.get(oid)
-        if at is None:
-            return None
-        _, start, size = self._spans[at]
-        self._file.seek(start)
-        return self._file.read(size)
-
-    def __len__(self) -> int:
-        return len(self._spans)
-
-    def __iter__(self) -> Iterator[tuple[ObjectId, bytes]]:
-        for oid, start, size in self._spans:
-            self._file.seek(start)
-            yield oid, self._file.read(size)
-
-    @property
-    def ids(self) -> list[ObjectId]:
-        """The objects' ids, in pack order."""
-        return [oid for oid, _, _ in self._spans]
-
-    def close(self) -> None:
-        """Drop the staged bytes."""
-        self._file.close()
-
-    def __enter__(self) -> StagedPack:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def verify_pack(source: PackSource, *, max_object_size: int = MAX_OBJECT_SIZE,
-                max_total_size: int = DEFAULT_MAX_TOTAL_SIZE, max_objects: int = DEFAULT_MAX_OBJECTS,
-                spool_size: int = 64 << 20, base: ObjectSource | None = None) -> StagedPack:
-    """Read and check a whole pack, trailer included, returning it staged; `BadPack` if anything is wrong.
-
-    Objects are parsed (their canonical form is checked as they are read, their shape here) and their
-    references kept, so the caller can check
-    connectivity with ``missing_references(staged.links, heads, store)`` before writing anything.
-    `base` is the receiving repository: rebuilding a revision may read its parent's tree from there.
-    """
-    staged = StagedPack(spool_size)
-
-    def lookup(oid: ObjectId) -> bytes | None:
-        data = staged.get(oid)
-        if data is None and base is not None and base.has(oid):
-            data = base.get(oid)
-        return data
-
-    try:
-        for oid, data, obj in _read(source, max_object_size, max_total_size, max_objects, None, lookup, True):
-            assert obj is not None  # parsed: `_read` was asked to
-            staged._add(oid, data, references(obj))
-    except BaseException:
-        staged.close()
-        raise
-    return staged
-
-
-def missing_references(objects: Mapping[ObjectId, Object] | Mapping[ObjectId, list[ObjectId]],
-                       heads: Iterable[ObjectId], store: ObjectSource) -> set[ObjectId]:
-    """The ids reachable from `heads` that are neither in `objects` nor in `store` (empty: complete).
-
-    `objects` maps the ids of incoming objects to the parsed objects or to their reference lists (as
-    `StagedPack.links` does). The walk follows references through incoming objects only: an object the
-    store already holds is taken to come with everything it reaches, as the store keeps that invariant.
-    """
-    missing: set[ObjectId] = set()
-    seen: set[ObjectId] = set()
-    stack = [ObjectId(h) for h in heads]
-    while stack:
-        oid = stack.pop()
-        if oid in seen:
-            continue
-        seen.add(oid)
-        item = objects.get(oid)
-        if item is None:
-            if not store.has(oid):
-                missing.add(oid)
-            continue
-        targets = item if isinstance(item, list) else references(item)
-        stack.extend(t for t in targets if t not in seen)
-    return missing

@@ -1,15 +1,63 @@
-"""What a repository hands back besides histories: its config, and the reports of fsck, gc, stats and diff."""
+"""What a repository hands back: commit results, reflog entries, revisions, and the reports of fsck, gc,
+stats and diff. Every id in them is hex (`HexId`); raw ids stay below the repository facade."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidInput
+from ..ids import HexId
 from ..report import json_fields
-from ..store.base import TransactionalStore
 
-__all__ = ["Config", "FsckReport", "GcReport", "RepoStats", "RevisionDiff"]
+__all__ = ["CommitResult", "FsckReport", "GcReport", "ReflogEntry", "RepoStats", "RevisionDiff", "RevisionInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """A ref move made by `commit`, `commit_many` or `append`: the full ref name, its old and new head."""
+
+    ref: str
+    old: HexId | None
+    """The head before the move (None: the ref was unborn)."""
+    new: HexId
+    """The head now: the committed history's revision."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The move as JSON-ready data."""
+        return json_fields(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ReflogEntry:
+    """One move of a ref, newest first in `Repository.reflog`: from `old` to `new` (None: absent), and why."""
+
+    old: HexId | None
+    new: HexId | None
+    time_ms: int
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The move as JSON-ready data."""
+        return json_fields(self)
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionInfo:
+    """A stored revision as `Repository.iter_revisions` gives it: its id, parent, when, what made it, size.
+
+    `operation` is the recorded operation (``{"type": "append", "entryIds": [...], ...}``, None for a
+    root) with the object ids it names spelled in hex.
+    """
+
+    id: HexId
+    parent: HexId | None
+    created_at: int
+    operation: dict[str, Any] | None
+    size: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The revision as JSON-ready data."""
+        return json_fields(self)
 
 
 @dataclass
@@ -78,8 +126,8 @@ class RepoStats:
 class RevisionDiff:
     """Entry ids added, removed and moved going from revision `a` to revision `b` (in b's order)."""
 
-    a: str
-    b: str
+    a: HexId
+    b: HexId
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     moved: list[str] = field(default_factory=list)
@@ -90,35 +138,3 @@ class RevisionDiff:
     def to_dict(self) -> dict[str, Any]:
         """The diff as JSON-ready data."""
         return json_fields(self)
-
-
-class Config:
-    """A repository's settings: text values by key, stored in the store with everything else."""
-
-    def __init__(self, store: TransactionalStore) -> None:
-        self._store = store
-
-    def get(self, key: str, default: str | None = None) -> str | None:
-        """The value of `key`, or `default` when unset."""
-        with self._store.transaction() as txn:
-            raw = txn.get_config(key)
-        return default if raw is None else raw.decode("utf-8")
-
-    def set(self, key: str, value: str | None) -> None:
-        """Set `key` to a text value; None unsets it."""
-        if value is not None and not isinstance(value, str):
-            raise InvalidInput(f"config value for {key!r} must be text, not {type(value).__name__}")
-        with self._store.transaction(write=True) as txn:
-            txn.set_config(key, None if value is None else value.encode("utf-8"))
-
-    def __getitem__(self, key: str) -> str:
-        value = self.get(key)
-        if value is None:
-            raise KeyError(key)
-        return value
-
-    def __setitem__(self, key: str, value: str) -> None:
-        self.set(key, value)
-
-    def __delitem__(self, key: str) -> None:
-        self.set(key, None)

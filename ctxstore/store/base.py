@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..errors import InvalidInput, MissingObject, StoreError
 from ..ids import OID_SIZE, ObjectId, to_hex
@@ -36,6 +36,8 @@ __all__ = [
     "check_name",
     "check_oid",
 ]
+
+_T = TypeVar("_T")
 
 MAX_KEY_BYTES = 480
 """Longest ref name or config key, in UTF-8 bytes (LMDB keys are at most 511 bytes; reflog keys add 9)."""
@@ -70,6 +72,10 @@ class ObjectStore(ObjectSource, Protocol):
         """Every object id held, in no particular order."""
         ...
 
+    def __contains__(self, oid: object) -> bool:
+        """Whether `oid` is a raw object id the store holds (False for anything else)."""
+        ...
+
     def __len__(self) -> int:
         """How many objects are held."""
         ...
@@ -93,7 +99,7 @@ def check_oid(oid: object) -> ObjectId:
     """Check that a value is a raw 32-byte object id, so bad input cannot reach the database."""
     if type(oid) is not bytes or len(oid) != OID_SIZE:
         raise InvalidInput(f"not an object id: {oid!r} (expected {OID_SIZE} raw bytes; "
-                           "use codec.from_hex for hex text)")
+                           "use ctxstore.ids.from_hex for hex text)")
     return ObjectId(oid)
 
 
@@ -185,15 +191,40 @@ class Transaction:
         self._snap = snapshot
         self._writes: WriteSet | None = WriteSet() if write else None
         # What was read from the backend, so a retried commit can check nothing it depended on moved.
-        self._reads: list[tuple[str, Any, Any]] = []
+        self._reads: list[tuple[str, object, object]] = []
         self._closed = False
 
-    # -- plumbing used by the backends ----------------------------------------------------------------
+    # -- plumbing for the backends: a backend builds, commits and ends its transactions with these -------
 
     @property
     def writable(self) -> bool:
         """Whether this transaction may write."""
         return self._writes is not None
+
+    def pending_writes(self) -> WriteSet:
+        """For the backend committing this transaction: the writes buffered so far, to apply atomically.
+
+        `StoreError` if the transaction is read-only or has ended.
+        """
+        return self._writeset()
+
+    def rebind(self, snapshot: Snapshot) -> bool:
+        """For a backend retrying a commit: read through a fresh snapshot from now on.
+
+        Returns True if everything this transaction read so far still reads the same through it, so
+        the buffered writes (decided on those reads) may still be applied.
+        """
+        self._snap = snapshot
+        readers: dict[str, Callable[[Any], object]] = {
+            "has": snapshot.has, "written_at": snapshot.written_at, "ref": snapshot.get_ref,
+            "refs": snapshot.refs, "reflog": snapshot.reflog, "config": snapshot.get_config,
+            "reflog_names": lambda _key: snapshot.reflog_names(),
+        }
+        return all(readers[kind](key) == value for kind, key, value in self._reads)
+
+    def end(self) -> None:
+        """For the backend, when the ``with`` block is over: any further use raises `StoreError`."""
+        self._closed = True
 
     def _writeset(self) -> WriteSet:
         if self._closed:
@@ -206,29 +237,17 @@ class Transaction:
         if self._closed:
             raise StoreError("transaction already ended; open a new one with store.transaction()")
 
-    def _track(self, kind: str, key: Any, value: Any) -> Any:
+    def _track(self, kind: str, key: object, value: _T) -> _T:
         if self._writes is not None:
             self._reads.append((kind, key, value))
         return value
-
-    def _end(self) -> None:
-        self._closed = True
-
-    def _rebind(self, snapshot: Snapshot) -> bool:
-        """Point at a fresh backend snapshot; True if everything read so far still reads the same."""
-        self._snap = snapshot
-        readers: dict[str, Callable[[Any], Any]] = {
-            "has": snapshot.has, "written_at": snapshot.written_at, "ref": snapshot.get_ref,
-            "refs": snapshot.refs, "reflog": snapshot.reflog, "config": snapshot.get_config,
-            "reflog_names": lambda _key: snapshot.reflog_names(),
-        }
-        return all(readers[kind](key) == value for kind, key, value in self._reads)
 
     # -- objects -------------------------------------------------------------------------------------------
 
     def get(self, oid: ObjectId) -> bytes:
         """The canonical bytes of an object; `MissingObject` if absent."""
         self._check_open()
+        check_oid(oid)
         w = self._writes
         if w is not None:
             if oid in w.objects:
@@ -244,6 +263,7 @@ class Transaction:
     def has(self, oid: ObjectId) -> bool:
         """Whether the object is held (counting this transaction's writes)."""
         self._check_open()
+        check_oid(oid)
         w = self._writes
         if w is not None:
             if oid in w.objects:
@@ -255,6 +275,7 @@ class Transaction:
     def written_at(self, oid: ObjectId) -> int | None:
         """When the object was last written (ms since the epoch), or None if it is not held."""
         self._check_open()
+        check_oid(oid)
         if self._writes is not None and oid in self._writes.deleted:
             return None
         return self._track("written_at", oid, self._snap.written_at(oid))

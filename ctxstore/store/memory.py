@@ -8,11 +8,10 @@ from contextlib import contextmanager
 
 from ..errors import MissingObject, StoreError
 from ..format.codec import now_ms as _now_ms
-from ..ids import ObjectId, to_hex
+from ..ids import OID_SIZE, ObjectId, to_hex
 from .base import BatchWrites, StoreStats, Transaction, WriteSet, check_oid
 
 __all__ = ["MemoryStore"]
-
 
 
 class MemoryStore(BatchWrites):
@@ -43,9 +42,9 @@ class MemoryStore(BatchWrites):
             try:
                 yield txn
                 if write:
-                    self._apply(txn._writeset())
+                    self._apply(txn.pending_writes())
             finally:
-                txn._end()
+                txn.end()
 
     def _apply(self, w: WriteSet) -> None:
         now = self._clock()
@@ -77,28 +76,38 @@ class MemoryStore(BatchWrites):
     # -- the ObjectStore protocol --------------------------------------------------------------------
 
     def get(self, oid: ObjectId) -> bytes:
+        """The canonical bytes of an object; `MissingObject` if absent."""
+        self._check_open()
+        check_oid(oid)
         try:
             return self._objects[oid]
         except KeyError:
             raise MissingObject(f"object {to_hex(oid)} is not in the store") from None
 
     def has(self, oid: ObjectId) -> bool:
+        """Whether the object is held."""
+        self._check_open()
+        check_oid(oid)
         return oid in self._objects
 
     def __iter__(self) -> Iterator[ObjectId]:
+        self._check_open()
         with self._lock:
             return iter(list(self._objects))
 
     def __len__(self) -> int:
+        self._check_open()
         return len(self._objects)
 
     def __contains__(self, oid: object) -> bool:
-        return oid in self._objects
+        return type(oid) is bytes and len(oid) == OID_SIZE and self.has(ObjectId(oid))
 
     # -- the rest of TransactionalStore --------------------------------------------------------------
 
     def written_at(self, oid: ObjectId) -> int | None:
         """When the object was last written (ms since the epoch), or None if it is not held."""
+        self._check_open()
+        check_oid(oid)
         return self._times.get(oid)
 
     def stored_size(self, oid: ObjectId) -> int:
@@ -108,6 +117,7 @@ class MemoryStore(BatchWrites):
 
     def stats(self) -> StoreStats:
         """Object count and sizes; in memory, stored and canonical sizes are the same."""
+        self._check_open()
         with self._lock:
             total = sum(len(d) for d in self._objects.values())
             return StoreStats(objects=len(self._objects), object_bytes=total, stored_bytes=total,
@@ -115,7 +125,10 @@ class MemoryStore(BatchWrites):
 
     def close(self) -> None:
         """Drop everything; using the store afterwards raises `StoreError`."""
-        self._closed = True
+        with self._lock:
+            self._closed = True
+            for held in (self._objects, self._times, self._refs, self._reflogs, self._config):
+                held.clear()
 
     def __enter__(self) -> MemoryStore:
         return self

@@ -1,12 +1,67 @@
-"""How the LMDB store frames an object's bytes: its key, its stored value, and what is not compressed."""
+"""The LMDB store's record layout: which databases it has, and how each kind of record is keyed and framed.
+
+Pure functions over bytes (no LMDB here): `lmdb` reads and writes records through them, so the layout
+is written down in one place. docs/storage.md draws the same table.
+
+=========  ==================================  ==================================================
+database   key                                 value
+=========  ==================================  ==================================================
+objs       first 16 bytes of the object id     write time (ms, 6 bytes BE), last 16 bytes of the id,
+                                               codec byte + (raw | zstd | dict id + zstd) bytes
+refs       ref name (UTF-8)                    object id (32 raw bytes)
+reflog     ref name, NUL, sequence (8 bytes)   a record (the refs layer encodes it)
+config     key (UTF-8)                         bytes
+dicts      dictionary id (4 bytes BE)          a zstd dictionary; the highest id is current
+=========  ==================================  ==================================================
+"""
 
 from __future__ import annotations
 
 import zstandard
 
 from ..format import codec
+from ..ids import OID_SIZE, ObjectId
 
-__all__ = ["HEAD_SIZE", "KEY_SIZE", "TIME_SIZE", "canonical_size", "stored_value"]
+__all__ = [
+    "CONFIG",
+    "DATABASES",
+    "DICTS",
+    "HEAD_SIZE",
+    "KEY_SIZE",
+    "OBJECTS",
+    "OLD_DATABASES",
+    "REFLOG",
+    "REFS",
+    "TIME_SIZE",
+    "canonical_size",
+    "dict_id",
+    "dict_key",
+    "name_key",
+    "object_key",
+    "object_record",
+    "record_holds",
+    "record_id",
+    "record_time",
+    "record_value",
+    "reflog_end",
+    "reflog_key",
+    "reflog_name",
+    "reflog_prefix",
+    "reflog_seq",
+    "restamped",
+    "stored_value",
+    "value_dict_id",
+]
+
+OBJECTS = b"objs"
+REFS = b"refs"
+REFLOG = b"reflog"
+CONFIG = b"config"
+DICTS = b"dicts"
+DATABASES = (OBJECTS, REFS, REFLOG, CONFIG, DICTS)
+"""The named databases of a store, every one created when a store is first opened for writing."""
+OLD_DATABASES = (b"objects", b"times")
+"""Databases of the layout before ``objs`` (full-length keys, write times apart): refused on open."""
 
 KEY_SIZE = 16
 """Bytes of an object id that key the ``objs`` database; the rest is kept in the value and checked.
@@ -18,10 +73,49 @@ of four at 100,000 objects); 128 bits still make an accidental collision impossi
 would be refused, not stored). The write time lives in the value rather than in a database of its own
 for the same reason: a second database keyed by id would double the random inserts."""
 TIME_SIZE = 6
-HEAD_SIZE = TIME_SIZE + 32 - KEY_SIZE  # write time, then the rest of the id, then the framed bytes
+HEAD_SIZE = TIME_SIZE + OID_SIZE - KEY_SIZE  # write time, then the rest of the id, then the framed bytes
+_SEQ_SIZE = 8
+_DICT_ID_SIZE = 4
 
 _RAW = bytes([codec.RAW])
 _ID_HEADER = b"\x58\x20"  # the CBOR head of a 32-byte byte string: an object id inside an object
+
+
+# -- objects -------------------------------------------------------------------------------------------
+
+def object_key(oid: bytes) -> bytes:
+    """The key of an object's record in ``objs``: the first `KEY_SIZE` bytes of its id."""
+    return oid[:KEY_SIZE]
+
+
+def object_record(oid: bytes, time: bytes, value: bytes) -> bytes:
+    """An object's record: its write time (`TIME_SIZE` bytes BE), the rest of its id, its stored value."""
+    return time + oid[KEY_SIZE:] + value
+
+
+def record_holds(record: bytes, oid: bytes) -> bool:
+    """Whether a record found under `object_key(oid)` is that object's (and not another id's with the key)."""
+    return record[TIME_SIZE:HEAD_SIZE] == oid[KEY_SIZE:]
+
+
+def record_id(key: bytes, record: bytes) -> ObjectId:
+    """The whole id of the object a record (found under `key`) holds."""
+    return ObjectId(bytes(key) + bytes(record[TIME_SIZE:HEAD_SIZE]))
+
+
+def record_time(record: bytes) -> int:
+    """When the record's object was last written, in ms since the epoch."""
+    return int.from_bytes(record[:TIME_SIZE], "big")
+
+
+def record_value(record: bytes) -> bytes:
+    """The stored value of a record's object: the codec byte, then the (compressed) bytes."""
+    return bytes(record[HEAD_SIZE:])
+
+
+def restamped(record: bytes, time: bytes) -> bytes:
+    """The same record with a new write time."""
+    return time + record[TIME_SIZE:]
 
 
 def _incompressible(data: bytes, with_dictionary: bool) -> bool:
@@ -40,7 +134,7 @@ def canonical_size(value: bytes) -> int:
     codec_byte = value[0]
     if codec_byte == codec.RAW:
         return len(value) - 1
-    frame = value[1:] if codec_byte == codec.ZSTD else value[5:]
+    frame = value[1:] if codec_byte == codec.ZSTD else value[1 + _DICT_ID_SIZE:]
     try:
         size = zstandard.frame_content_size(bytes(frame[:18]))
     except zstandard.ZstdError:
@@ -55,3 +149,58 @@ def stored_value(data: bytes, dictionary: zstandard.ZstdCompressionDict | None, 
     if dictionary is not None:
         return codec.compress(data, dictionary=dictionary, dict_id=dict_id)
     return codec.compress(data)
+
+
+def value_dict_id(value: bytes) -> int | None:
+    """The id of the dictionary a stored value was compressed with, or None if it used none."""
+    if value[:1] == bytes([codec.ZSTD_DICT]):
+        return int.from_bytes(value[1:1 + _DICT_ID_SIZE], "big")
+    return None
+
+
+# -- refs and config -----------------------------------------------------------------------------------
+
+def name_key(name: str) -> bytes:
+    """The key of a ref (in ``refs``) or a setting (in ``config``): the name in UTF-8."""
+    return name.encode()
+
+
+# -- reflogs -------------------------------------------------------------------------------------------
+
+def reflog_prefix(name: str) -> bytes:
+    """What the key of every reflog record of `name` starts with: the name and a NUL."""
+    return name.encode() + b"\x00"
+
+
+def reflog_end(name: str) -> bytes:
+    """The first key after every reflog record of `name` (so a cursor can step back to its newest)."""
+    return name.encode() + b"\x01"
+
+
+def reflog_key(name: str, seq: int) -> bytes:
+    """The key of the `seq`-th record of `name`'s reflog (0 is the oldest)."""
+    return reflog_prefix(name) + seq.to_bytes(_SEQ_SIZE, "big")
+
+
+def reflog_seq(key: bytes, prefix: bytes) -> int | None:
+    """The sequence number of a reflog record's key under `prefix`, or None if it is not one of them."""
+    if len(key) != len(prefix) + _SEQ_SIZE or not bytes(key).startswith(prefix):
+        return None
+    return int.from_bytes(key[-_SEQ_SIZE:], "big")
+
+
+def reflog_name(key: bytes) -> bytes:
+    """The UTF-8 name a reflog record's key belongs to."""
+    return bytes(key).split(b"\x00", 1)[0]
+
+
+# -- dictionaries --------------------------------------------------------------------------------------
+
+def dict_key(dict_id: int) -> bytes:
+    """The key of a zstd dictionary in ``dicts``."""
+    return dict_id.to_bytes(_DICT_ID_SIZE, "big")
+
+
+def dict_id(key: bytes) -> int:
+    """The id of the dictionary stored under `key`."""
+    return int.from_bytes(key, "big")

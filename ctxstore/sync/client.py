@@ -10,23 +10,21 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInput, NonFastForward, RemoteError, UnknownRef
 from ..history.message_history import MessageHistory
-from ..ids import ObjectId, from_hex, to_hex
-from ..ids import hex_or_none as _hex
-from ..ids import short_hex as _short
+from ..ids import HexId, ObjectId, from_hex, to_hex
 from ..pack.plan import is_ancestor, pack
 from ..pack.stream import PackSource
 from ..refs import ANY, HEADS, REMOTES, TAGS, Refs
 from ..repo.receive import UnpackResult, unpack
 from ..repo.repository import Repository
 from ..report import json_fields
-from .protocol import RefUpdate
+from .protocol import ByteReader, RefUpdate
 from .transport import Transport, open_transport
 
 __all__ = ["FetchResult", "Progress", "PullResult", "PushResult", "clone", "fetch", "pull", "push"]
@@ -37,10 +35,10 @@ Progress = Callable[[str, int, int], None]
 
 @dataclass(frozen=True)
 class FetchResult:
-    """What a fetch did: the remote-tracking refs it moved (None: deleted) and what it received."""
+    """What a fetch did: the refs it moved (full name: new revision, None: deleted) and what it received."""
 
     remote: str
-    updated: dict[str, str | None] = field(default_factory=dict)
+    updated: dict[str, HexId | None] = field(default_factory=dict)
     objects: int = 0
     new_objects: int = 0
     bytes: int = 0
@@ -52,11 +50,11 @@ class FetchResult:
 
 @dataclass(frozen=True)
 class PullResult:
-    """What a pull did to the local ref: created, fast-forward, rebase or up-to-date."""
+    """What a pull did to the local ref: created, fast-forward, rebase or up-to-date (heads before, after)."""
 
     ref: str
-    old: str | None
-    new: str | None
+    old: HexId | None
+    new: HexId | None
     how: str
     fetch: FetchResult
 
@@ -69,7 +67,7 @@ class PushResult:
     """What a push moved on the remote (full ref name to new revision) and how much it sent."""
 
     remote: str
-    updated: dict[str, str | None] = field(default_factory=dict)
+    updated: dict[str, HexId | None] = field(default_factory=dict)
     objects: int = 0
     bytes: int = 0
 
@@ -77,38 +75,43 @@ class PushResult:
         return json_fields(self)
 
 
-class _Counted:
-    """A pack source that counts the bytes read through it and reports progress."""
+class _Meter:
+    """Counts the bytes of a pack as they pass, reporting progress at each MiB."""
 
-    def __init__(self, source: PackSource, progress: Progress | None, stage: str) -> None:
+    def __init__(self, progress: Progress | None, stage: str) -> None:
         self.bytes = 0
         self._progress = progress
         self._stage = stage
-        self._file = source if callable(getattr(source, "read", None)) else None
-        self._chunks: Iterator[bytes] | None = None
-        if self._file is None:
-            self._chunks = iter([bytes(source)] if isinstance(source, bytes | bytearray | memoryview)
-                                else source)  # type: ignore[arg-type]
 
-    def _count(self, data: bytes) -> bytes:
+    def count(self, data: bytes) -> bytes:
         before = self.bytes >> 20
         self.bytes += len(data)
         if self._progress is not None and (self.bytes >> 20) != before:
             self._progress(self._stage, 0, self.bytes)
         return data
 
+    def chunks(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
+            yield self.count(chunk)
+
+    def source(self, source: PackSource) -> PackSource:
+        """`source`, counted as it is read; a file stays a file, so the pack is read from it in place."""
+        if isinstance(source, bytes | bytearray | memoryview):
+            return self.chunks([bytes(source)])
+        if isinstance(source, ByteReader):
+            return _MeteredFile(source, self)
+        return self.chunks(source)
+
+
+class _MeteredFile:
+    """A binary file whose reads a `_Meter` counts."""
+
+    def __init__(self, file: ByteReader, meter: _Meter) -> None:
+        self._file = file
+        self._meter = meter
+
     def read(self, size: int = -1, /) -> bytes:
-        assert self._file is not None
-        return self._count(self._file.read(size))  # type: ignore[union-attr]
-
-    def __iter__(self) -> Iterator[bytes]:
-        assert self._chunks is not None
-        for chunk in self._chunks:
-            yield self._count(chunk)
-
-
-def _reader(source: _Counted) -> PackSource:
-    return source if source._file is not None else iter(source)
+        return self._meter.count(self._file.read(size))
 
 
 @contextlib.contextmanager
@@ -132,6 +135,14 @@ def _check_remote_name(remote: str) -> None:
         raise InvalidInput(f"invalid remote name {remote!r}; use a name like origin or hub")
 
 
+def _raw_refs(refs: Mapping[str, HexId]) -> dict[str, ObjectId]:
+    return {name: from_hex(oid) for name, oid in refs.items()}
+
+
+def _short(oid: HexId | None) -> str:
+    return "nothing" if oid is None else oid[:12]
+
+
 def fetch(repo: Repository, remote: str = "origin", *, token: str | None = None,
           transport: Transport | None = None, progress: Progress | None = None) -> FetchResult:
     """Bring the remote's heads into ``refs/remotes/<remote>/*``, receiving only what is new.
@@ -139,50 +150,46 @@ def fetch(repo: Repository, remote: str = "origin", *, token: str | None = None,
     The remote's tags that this repository lacks are created under ``refs/tags/`` (a local tag of the
     same name is left as it is). With nothing new this is one round trip and no pack. Tracking refs of
     heads the remote no longer has are deleted. `transport` overrides the remote's URL (for tests and
-    embedding).
+    embedding). A concurrent fetch that moved a tracking ref first raises `RefMoved`: fetch again.
     """
     _check_remote_name(remote)
     store = repo.store
     with _connect(repo, remote, token, transport) as conn:
-        advert = conn.advertise()
+        theirs = _raw_refs(conn.advertise().refs)
         prefix = f"{REMOTES}{remote}/"
-        wanted = {prefix + name[len(HEADS):]: oid for name, oid in advert.refs.items()
-                  if name.startswith(HEADS)}
+        wanted = {prefix + name[len(HEADS):]: oid for name, oid in theirs.items() if name.startswith(HEADS)}
         with store.transaction() as txn:
             current = txn.refs(prefix)
             haves = sorted({oid for name, oid in txn.refs("refs/").items()
                             if name.startswith((HEADS, REMOTES))})
             local_tags = txn.refs(TAGS)
-        updates: dict[str, tuple[Any, ObjectId | None]] = {
+        updates: dict[str, tuple[ObjectId | None, ObjectId | None]] = {
             name: (current.get(name), oid) for name, oid in wanted.items() if current.get(name) != oid}
         updates.update({name: (oid, None) for name, oid in current.items() if name not in wanted})
         # Tags are shared names: the remote's tags this repository lacks are created, as git's fetch
         # does; a local tag of the same name is never moved (delete it to take the remote's).
-        updates.update({name: (None, oid) for name, oid in advert.refs.items()
+        updates.update({name: (None, oid) for name, oid in theirs.items()
                         if name.startswith(TAGS) and name not in local_tags})
         wants = sorted({new for _, new in updates.values() if new is not None and not store.has(new)})
         message = f"fetch {remote}"
         if wants:
-            counted: _Counted | None = None
+            meter = _Meter(progress, "receiving")
 
             def receive(source: PackSource) -> UnpackResult:
-                nonlocal counted
-                counted = _Counted(source, progress, "receiving")
-                return unpack(store, _reader(counted), updates, message=message)
+                return unpack(store, meter.source(source), updates, message=message)
 
-            result = conn.fetch(wants, haves, receive)
+            result = conn.fetch([to_hex(w) for w in wants], [to_hex(h) for h in haves], receive)
             if result is None:
                 raise RemoteError(f"{conn.url} advertised revisions it then did not send; fetch again")
-            got = counted.bytes if counted is not None else 0
             if progress is not None:
-                progress("received", result.objects, got)
-            return FetchResult(remote, _hexes(updates), result.objects, result.new_objects, got, 2)
+                progress("received", result.objects, meter.bytes)
+            return FetchResult(remote, _hexes(updates), result.objects, result.new_objects, meter.bytes, 2)
         if updates:
             Refs(store).set_many_if_equals(updates, message=message)
         return FetchResult(remote, _hexes(updates))
 
 
-def _hexes(updates: Mapping[str, tuple[Any, ObjectId | None]]) -> dict[str, str | None]:
+def _hexes(updates: Mapping[str, tuple[object, ObjectId | None]]) -> dict[str, HexId | None]:
     return {name: None if new is None else to_hex(new) for name, (_, new) in updates.items()}
 
 
@@ -204,40 +211,39 @@ def pull(repo: Repository, remote: str = "origin", ref: str = "main", *, rebase:
     if theirs is None:
         raise UnknownRef(f"remote {remote} has no head {full[len(HEADS):]}; "
                          f"see `ctxstore refs {REMOTES}{remote}/`")
+    new = to_hex(theirs)
     mine = refs.get(full)
-    old = None if mine is None else to_hex(mine)
     if mine is None:
         refs.set_if_equals(full, None, theirs, message=f"pull {remote}: created")
-        return PullResult(full, None, to_hex(theirs), "created", fetched)
+        return PullResult(full, None, new, "created", fetched)
+    old = to_hex(mine)
     if mine == theirs or is_ancestor(repo.store, theirs, mine):
         return PullResult(full, old, old, "up-to-date", fetched)
     if is_ancestor(repo.store, mine, theirs):
         refs.set_if_equals(full, mine, theirs, message=f"pull {remote}: fast-forward")
-        return PullResult(full, old, to_hex(theirs), "fast-forward", fetched)
+        return PullResult(full, old, new, "fast-forward", fetched)
     if not rebase:
-        raise NonFastForward(f"{full} and {tracking} have diverged ({old[:12]} vs {to_hex(theirs)[:12]}); "
+        raise NonFastForward(f"{full} and {tracking} have diverged ({old[:12]} vs {new[:12]}); "
                              "pull with rebase to replay your revisions on top of theirs",
-                             ref=full, current=to_hex(theirs), expected=old)
-    onto = MessageHistory(source=repo.store, head=to_hex(theirs))
+                             ref=full, current=new, expected=old)
+    onto = MessageHistory(source=repo.store, head=new)
     replayed = MessageHistory(source=repo.store, head=old).rebase_onto(onto)
-    new = from_hex(replayed.revision_id)
-    refs.set_if_equals(full, mine, new, objects=replayed.workspace.pending(),
-                       message=f"pull {remote}: rebase onto {to_hex(theirs)[:12]}")
-    return PullResult(full, old, replayed.revision_id, "rebase", fetched)
+    rebased = HexId(replayed.revision_id)
+    refs.set_if_equals(full, mine, from_hex(rebased), objects=replayed.workspace.pending(),
+                       message=f"pull {remote}: rebase onto {new[:12]}")
+    return PullResult(full, old, rebased, "rebase", fetched)
 
 
-def _expected(value: Any) -> ObjectId | None:
+def _lease(ref: str, value: str | None) -> HexId | None:
     if value is None:
         return None
-    if isinstance(value, bytes) and len(value) == 32:
-        return ObjectId(value)
-    if isinstance(value, str):
-        return from_hex(value)
-    raise InvalidInput(f"an expected revision must be a hex id or None, not {value!r}")
+    if not isinstance(value, str):
+        raise InvalidInput(f"the lease on {ref} must be a hex revision id or None, not {value!r}")
+    return to_hex(from_hex(value))
 
 
 def push(repo: Repository, remote: str = "origin", refs: Sequence[str] | None = None, *, force: bool = False,
-         expect: Mapping[str, Any] | None = None, token: str | None = None,
+         expect: Mapping[str, str | None] | None = None, token: str | None = None,
          transport: Transport | None = None, progress: Progress | None = None) -> PushResult:
     """Move the remote's refs to the local ones, sending only what it lacks; all refs move or none.
 
@@ -245,57 +251,60 @@ def push(repo: Repository, remote: str = "origin", refs: Sequence[str] | None = 
     `NonFastForward` (pull with rebase, then push again). `force` overrides that. `expect` maps refs to
     the revision (hex, or None for "absent") the remote must still hold, as git's --force-with-lease:
     the push replaces whatever that is, and fails if the remote ref moved. `refs` defaults to every head.
+    A remote ref that another push moved between this push's look and its write raises `RefMoved` (a
+    `NonFastForward`): pull, then push again.
     """
     _check_remote_name(remote)
     store = repo.store
     local_refs = Refs(store)
     names = list(local_refs.items(HEADS)) if refs is None else [repo.ref_name(r) for r in refs]
-    leases = {repo.ref_name(k): _expected(v) for k, v in (expect or {}).items()}
+    leases = {repo.ref_name(k): _lease(k, v) for k, v in (expect or {}).items()}
     with _connect(repo, remote, token, transport) as conn:
-        advert = conn.advertise()
+        theirs = conn.advertise().refs
         updates: list[RefUpdate] = []
         for full in names:
             if not full.startswith((HEADS, TAGS)):
                 raise InvalidInput(f"push moves heads and tags, not {full}")
-            local = local_refs.get(full)
-            if local is None:
+            local_oid = local_refs.get(full)
+            if local_oid is None:
                 raise UnknownRef(f"no local ref {full} to push")
-            current = advert.refs.get(full)
+            local = to_hex(local_oid)
+            current = theirs.get(full)
             if full in leases:
                 if leases[full] != current:
                     raise NonFastForward(
                         f"lease on {full} broken: the remote holds {_short(current)}, not the expected "
                         f"{_short(leases[full])}; fetch and look before overwriting",
-                        ref=full, current=_hex(current), expected=_hex(leases[full]))
+                        ref=full, current=current, expected=leases[full])
                 updates.append(RefUpdate(full, leases[full], local, "lease"))
             elif force:
                 if current != local:
                     updates.append(RefUpdate(full, current, local, "force"))
             elif current != local:
-                if current is not None and not (store.has(current) and is_ancestor(store, current, local)):
+                if current is not None and not (store.has(from_hex(current)) and
+                                                is_ancestor(store, from_hex(current), local_oid)):
                     raise NonFastForward(
                         f"push to {full} rejected: the remote has revisions ({_short(current)}) that your "
                         f"{_short(local)} does not include; pull with rebase first, or push with force",
-                        ref=full, current=_hex(current), expected=_hex(local))
+                        ref=full, current=current, expected=local)
                 updates.append(RefUpdate(full, current, local, "ff"))
         if not updates:
             return PushResult(remote)
-        haves = sorted({oid for oid in advert.refs.values() if store.has(oid)})
-        chunks = pack(store, [u.new for u in updates if u.new is not None], haves)
-        sent = _Counted(chunks, progress, "sending")
-        answer = conn.push(updates, iter(sent))
-    moved = {u.ref: _hex(u.new) for u in updates}
+        haves = sorted({oid for oid in _raw_refs(theirs).values() if store.has(oid)})
+        meter = _Meter(progress, "sending")
+        chunks = pack(store, [from_hex(u.new) for u in updates if u.new is not None], haves)
+        answer = conn.push(updates, meter.chunks(chunks))
     if transport is None or remote in repo.remotes():
-        tracking = {f"{REMOTES}{remote}/{u.ref[len(HEADS):]}": (ANY, u.new) for u in updates
-                    if u.ref.startswith(HEADS)}
+        tracking = {f"{REMOTES}{remote}/{u.ref[len(HEADS):]}": (ANY, None if u.new is None else from_hex(u.new))
+                    for u in updates if u.ref.startswith(HEADS)}
         if tracking:
             local_refs.set_many_if_equals(tracking, message=f"push {remote}")
-    objects = int(answer.get("objects", 0))
+    objects = answer.get("objects", 0)
+    if type(objects) is not int:
+        raise RemoteError(f"{conn.url} answered the push with a malformed result: objects {objects!r}")
     if progress is not None:
-        progress("sent", objects, sent.bytes)
-    return PushResult(remote, moved, objects, sent.bytes)
-
-
+        progress("sent", objects, meter.bytes)
+    return PushResult(remote, {u.ref: u.new for u in updates}, objects, meter.bytes)
 
 
 def clone(url: str, path: str | os.PathLike[str], *, token: str | None = None,

@@ -9,16 +9,26 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2
 
-from ..errors import AuthError, RemoteError, SyncError
-from ..ids import ObjectId
-from .protocol import Advertisement, RefUpdate, decode_error, encode_frame, read_frame
-from .transport import Receive, T
+from ..errors import AuthError, CtxStoreError, InvalidInput, RemoteError, SyncError
+from ..ids import HexId
+from .protocol import (
+    Advertisement,
+    Receive,
+    RefUpdate,
+    decode_error,
+    encode_frame,
+    fetch_request,
+    push_request,
+    read_frame,
+)
 
 __all__ = ["CONTENT_TYPE", "HttpTransport"]
+
+T = TypeVar("T")
 
 CONTENT_TYPE = "application/x-ctxstore"
 
@@ -59,7 +69,7 @@ class HttpTransport:
         self.round_trips = 0
         """HTTP requests made so far (for benchmarks and tests)."""
 
-    def _fail(self, response: httpx2.Response, body: bytes) -> SyncError:
+    def _fail(self, response: httpx2.Response, body: bytes) -> CtxStoreError:
         where = f"{self.url} (HTTP {response.status_code})"
         if response.headers.get("content-type", "").startswith(CONTENT_TYPE):
             try:
@@ -70,29 +80,30 @@ class HttpTransport:
                 error = decode_error(message, where)
                 if response.status_code in (401, 403) and not isinstance(error, AuthError):
                     return AuthError(str(error))
-                return error  # type: ignore[return-value]
+                return error
         text = body[:200].decode("utf-8", "replace").strip()
         if response.status_code in (401, 403):
             return AuthError(f"{where}: {text or 'not allowed'}; give a token with the right scope")
         return RemoteError(f"{where}: {text or response.reason_phrase}")
 
-    def _send(self, method: str, path: str, content: Iterable[bytes] | bytes | None = None) -> Any:
+    def _send(self, method: str, path: str, content: Iterable[bytes] | bytes | None = None) -> httpx2.Response:
         self.round_trips += 1
         try:
             request = self._client.build_request(method, f"{self.url}/{path}", content=content,
                                                  headers={"Content-Type": CONTENT_TYPE} if content else None)
             return self._client.send(request, stream=True)
+        except httpx2.InvalidURL as exc:
+            raise InvalidInput(f"not a hub URL: {self.url!r} ({exc})") from None
         except httpx2.HTTPError as exc:
             raise RemoteError(f"cannot reach {self.url}: {exc}") from None
 
-    def _frame_response(self, response: httpx2.Response) -> tuple[dict[str, Any], io.BufferedReader]:
+    def _frame_response(self, response: httpx2.Response) -> tuple[dict[str, Any], io.BufferedReader[_ChunkReader]]:
         try:
             if response.status_code != 200:
                 body = response.read()
                 raise self._fail(response, body)
             reader = io.BufferedReader(_ChunkReader(response.iter_bytes()), buffer_size=1 << 16)
             message = read_frame(reader)
-            assert message is not None
             if "error" in message:
                 raise decode_error(message, self.url)
             return message, reader
@@ -107,8 +118,8 @@ class HttpTransport:
             response.close()
         return Advertisement.from_message(message, self.url)
 
-    def fetch(self, wants: Sequence[ObjectId], haves: Sequence[ObjectId], receive: Receive[T]) -> T | None:
-        response = self._send("POST", "fetch", encode_frame({"wants": list(wants), "haves": list(haves)}))
+    def fetch(self, wants: Sequence[HexId], haves: Sequence[HexId], receive: Receive[T]) -> T | None:
+        response = self._send("POST", "fetch", encode_frame(fetch_request(wants, haves)))
         try:
             head, reader = self._frame_response(response)
             if not head.get("pack"):
@@ -122,7 +133,7 @@ class HttpTransport:
 
     def push(self, updates: Sequence[RefUpdate], pack: Iterable[bytes]) -> dict[str, Any]:
         def body() -> Iterator[bytes]:
-            yield encode_frame({"updates": [u.to_message() for u in updates]})
+            yield encode_frame(push_request(updates))
             yield from pack
 
         response = self._send("POST", "push", body())

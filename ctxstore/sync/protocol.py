@@ -10,9 +10,9 @@ by a result frame. Errors travel as ``{"error": {"type", "message", ...}}`` fram
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, Protocol, TypeVar, runtime_checkable
 
 from ..errors import (
     AuthError,
@@ -24,29 +24,34 @@ from ..errors import (
     MissingObject,
     NonFastForward,
     RemoteError,
-    SyncError,
     UnknownRef,
 )
 from ..format import codec
-from ..ids import OID_SIZE, ObjectId, to_hex
+from ..ids import OID_SIZE, HexId, ObjectId, from_hex, to_hex
 from ..pack.plan import PackPlan, is_ancestor, pack_objects, plan_pack
 from ..pack.stream import VERSION as PACK_VERSION
-from ..pack.stream import VERSIONS as PACK_VERSIONS
 from ..pack.stream import PackSource
 from ..refs import ANY, HEADS, TAGS, check_ref_name
 from ..repo.receive import UnpackResult, unpack
-from ..store.base import TransactionalStore
+from ..store.base import Transaction, TransactionalStore
 
 __all__ = [
     "MAX_FRAME",
     "PROTOCOL_VERSION",
     "Advertisement",
+    "ByteReader",
+    "Mode",
+    "Receive",
     "RefUpdate",
     "Service",
     "decode_error",
     "encode_error",
     "encode_frame",
+    "fetch_request",
+    "push_request",
     "read_frame",
+    "read_frame_or_eof",
+    "serve_stream",
 ]
 
 PROTOCOL_VERSION = 1
@@ -54,6 +59,17 @@ MAX_FRAME = 16 << 20
 """Largest frame either side accepts: an advertisement of about 200,000 refs."""
 Mode = Literal["ff", "lease", "force"]
 _MODES = ("ff", "lease", "force")
+
+T = TypeVar("T")
+Receive = Callable[[PackSource], T]
+"""What a client hands a transport's fetch: it reads the pack the remote sends and returns the outcome."""
+
+
+@runtime_checkable
+class ByteReader(Protocol):
+    """A binary stream frames are read from (a pipe, a socket's buffered body, a spooled file)."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
 
 
 def encode_frame(message: Mapping[str, Any]) -> bytes:
@@ -64,7 +80,7 @@ def encode_frame(message: Mapping[str, Any]) -> bytes:
     return len(body).to_bytes(4, "big") + body
 
 
-def _read_exactly(stream: BinaryIO, n: int, what: str) -> bytes:
+def _read_exactly(stream: ByteReader, n: int, what: str) -> bytes:
     parts = []
     have = 0
     while have < n:
@@ -80,11 +96,18 @@ def _read_exactly(stream: BinaryIO, n: int, what: str) -> bytes:
     return data
 
 
-def read_frame(stream: BinaryIO, *, eof_ok: bool = False) -> dict[str, Any] | None:
-    """The next frame's message from a binary stream (None at a clean end of stream if `eof_ok`)."""
+def read_frame(stream: ByteReader) -> dict[str, Any]:
+    """The next frame's message from a binary stream (the stream ending first is a `RemoteError`)."""
+    return _read_frame(stream, stream.read(4))
+
+
+def read_frame_or_eof(stream: ByteReader) -> dict[str, Any] | None:
+    """The next frame's message, or None at a clean end of stream (the client hung up between requests)."""
     head = stream.read(4)
-    if not head and eof_ok:
-        return None
+    return _read_frame(stream, head) if head else None
+
+
+def _read_frame(stream: ByteReader, head: bytes) -> dict[str, Any]:
     if len(head) < 4:
         head += _read_exactly(stream, 4 - len(head), "a frame header")
     size = int.from_bytes(head, "big")
@@ -104,10 +127,19 @@ def read_frame(stream: BinaryIO, *, eof_ok: bool = False) -> dict[str, Any] | No
 
 # -- errors ------------------------------------------------------------------------------------------------
 
-_ERROR_TYPES: dict[str, type[CtxStoreError]] = {
-    "NonFastForward": NonFastForward, "AuthError": AuthError, "InvalidRefName": InvalidRefName,
-    "UnknownRef": UnknownRef, "MissingObject": MissingObject,
-}
+def _error_types() -> dict[str, type[CtxStoreError]]:
+    # The errors a client re-raises as themselves; every NonFastForward kind keeps its class (a lost race
+    # that is worth retrying stays distinct from a refusal that needs a pull first).
+    kinds: list[type[CtxStoreError]] = [AuthError, InvalidRefName, UnknownRef, MissingObject]
+    family: list[type[NonFastForward]] = [NonFastForward]
+    while family:
+        cls = family.pop()
+        kinds.append(cls)
+        family.extend(cls.__subclasses__())
+    return {cls.__name__: cls for cls in kinds}
+
+
+_ERROR_TYPES = _error_types()
 
 
 def encode_error(exc: CtxStoreError) -> dict[str, Any]:
@@ -118,6 +150,10 @@ def encode_error(exc: CtxStoreError) -> dict[str, Any]:
     return {"error": body}
 
 
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def decode_error(message: Mapping[str, Any], where: str) -> CtxStoreError:
     """The exception a client raises for an error message from the server at `where`."""
     body = message.get("error")
@@ -125,18 +161,19 @@ def decode_error(message: Mapping[str, Any], where: str) -> CtxStoreError:
         return RemoteError(f"{where} answered with a malformed error")
     kind = str(body.get("type", ""))
     text = f"{where}: {body.get('message', 'unknown error')}"
-    if kind == "NonFastForward":
-        return NonFastForward(text, ref=str(body.get("ref") or ""), current=body.get("current"),
-                              expected=body.get("expected"))
     if kind == "BadPack":
         return RemoteError(f"{text} (the pack we sent was refused; nothing changed there)")
     cls = _ERROR_TYPES.get(kind)
+    if cls is not None and issubclass(cls, NonFastForward):
+        return cls(text, ref=str(body.get("ref") or ""), current=_text_or_none(body.get("current")),
+                   expected=_text_or_none(body.get("expected")))
     if cls is not None:
         return cls(text)
     return RemoteError(text)
 
 
 # -- messages ----------------------------------------------------------------------------------------------
+# Ids travel raw (32 bytes) in frames and as hex everywhere else: the conversion is in this section.
 
 def _oid(value: Any, what: str) -> ObjectId:
     if type(value) is not bytes or len(value) != OID_SIZE:
@@ -150,16 +187,26 @@ def _oid_list(value: Any, what: str) -> list[ObjectId]:
     return [_oid(v, what) for v in value]
 
 
+def _raw_or_none(oid: HexId | None) -> ObjectId | None:
+    return None if oid is None else from_hex(oid)
+
+
+def fetch_request(wants: Sequence[HexId], haves: Sequence[HexId]) -> dict[str, Any]:
+    """The message of a fetch request: the revisions wanted and those the client already has."""
+    return {"wants": [from_hex(w) for w in wants], "haves": [from_hex(h) for h in haves]}
+
+
 @dataclass(frozen=True)
 class Advertisement:
-    """What a server says first: its protocol and pack versions and the refs it has."""
+    """What a server says first: its protocol and pack versions and the refs it has (full name: hex id)."""
 
-    refs: dict[str, ObjectId]
+    refs: dict[str, HexId]
     protocol: int = PROTOCOL_VERSION
-    pack_versions: tuple[int, ...] = PACK_VERSIONS
+    pack_versions: tuple[int, ...] = (PACK_VERSION,)
 
     def to_message(self) -> dict[str, Any]:
-        return {"protocol": self.protocol, "packVersions": list(self.pack_versions), "refs": dict(self.refs)}
+        return {"protocol": self.protocol, "packVersions": list(self.pack_versions),
+                "refs": {name: from_hex(oid) for name, oid in self.refs.items()}}
 
     @classmethod
     def from_message(cls, message: Mapping[str, Any], where: str) -> Advertisement:
@@ -169,7 +216,7 @@ class Advertisement:
             refs = message["refs"]
             if type(refs) is not dict:
                 raise InvalidInput("refs must be a map")
-            out = {str(k): _oid(v, f"ref {k}") for k, v in refs.items()}
+            out = {str(k): to_hex(_oid(v, f"ref {k}")) for k, v in refs.items()}
             versions = tuple(int(v) for v in message.get("packVersions", [PACK_VERSION]))
             protocol = int(message.get("protocol", 0))
         except (KeyError, TypeError, ValueError, InvalidInput) as exc:
@@ -184,31 +231,40 @@ class Advertisement:
 
 @dataclass(frozen=True)
 class RefUpdate:
-    """One ref a push moves: from `old` (what the pusher saw or expects) to `new` (None: delete).
+    """One ref a push moves: from `old` (what the pusher saw or expects) to `new` (None: delete), hex ids.
 
     `mode` says what the server checks: ``ff`` the ref still holds `old` and `new` descends from it;
     ``lease`` the ref holds `old` (a --force-with-lease); ``force`` nothing.
     """
 
     ref: str
-    old: ObjectId | None
-    new: ObjectId | None
+    old: HexId | None
+    new: HexId | None
     mode: Mode = "ff"
 
     def to_message(self) -> dict[str, Any]:
-        return {"ref": self.ref, "old": self.old, "new": self.new, "mode": self.mode}
+        return {"ref": self.ref, "old": _raw_or_none(self.old), "new": _raw_or_none(self.new),
+                "mode": self.mode}
 
     @classmethod
     def from_message(cls, value: Any) -> RefUpdate:
         if type(value) is not dict:
             raise InvalidInput("a ref update must be a map")
-        ref = check_ref_name(value.get("ref"))  # type: ignore[arg-type]
+        name = value.get("ref")
+        if not isinstance(name, str):
+            raise InvalidInput(f"a ref update names its ref as text, not {name!r}")
+        ref = check_ref_name(name)
         mode = value.get("mode")
         if mode not in _MODES:
             raise InvalidInput(f"ref update mode must be one of {_MODES}, not {mode!r}")
-        old = None if value.get("old") is None else _oid(value["old"], "old")
-        new = None if value.get("new") is None else _oid(value["new"], "new")
+        old = None if value.get("old") is None else to_hex(_oid(value["old"], "old"))
+        new = None if value.get("new") is None else to_hex(_oid(value["new"], "new"))
         return cls(ref, old, new, mode)
+
+
+def push_request(updates: Sequence[RefUpdate]) -> dict[str, Any]:
+    """The message of a push request (the pack follows it)."""
+    return {"updates": [u.to_message() for u in updates]}
 
 
 # -- the serving side --------------------------------------------------------------------------------------
@@ -223,7 +279,7 @@ class Service:
     def advertise(self) -> Advertisement:
         """The refs a client may fetch: heads and tags (remote-tracking refs are this side's business)."""
         with self.store.transaction() as txn:
-            refs = {n: o for n, o in txn.refs("refs/").items() if n.startswith((HEADS, TAGS))}
+            refs = {n: to_hex(o) for n, o in txn.refs("refs/").items() if n.startswith((HEADS, TAGS))}
         return Advertisement(refs)
 
     def plan_fetch(self, request: Mapping[str, Any]) -> PackPlan:
@@ -247,7 +303,7 @@ class Service:
         if type(raw) is not list or not raw:
             raise InvalidInput("a push must name at least one ref update")
         updates = [RefUpdate.from_message(u) for u in raw]
-        cas: dict[str, tuple[Any, ObjectId | None]] = {}
+        cas: dict[str, tuple[ObjectId | Any | None, ObjectId | None]] = {}
         for u in updates:
             if not u.ref.startswith((HEADS, TAGS)):
                 raise InvalidRefName(f"a push may move refs/heads/* and refs/tags/*, not {u.ref}")
@@ -256,23 +312,23 @@ class Service:
             if u.mode == "ff" and u.new is None:
                 raise NonFastForward(f"deleting {u.ref} is not a fast-forward; push the deletion with force",
                                      ref=u.ref)
-            cas[u.ref] = (ANY if u.mode == "force" else u.old, u.new)
+            cas[u.ref] = (ANY if u.mode == "force" else _raw_or_none(u.old), _raw_or_none(u.new))
 
-        def fast_forward(txn: Any) -> None:
+        def fast_forward(txn: Transaction) -> None:
             for u in updates:
                 if u.mode == "ff" and u.old is not None and u.new is not None and \
-                        not is_ancestor(txn, u.old, u.new):
+                        not is_ancestor(txn, from_hex(u.old), from_hex(u.new)):
                     raise NonFastForward(
-                        f"push to {u.ref} is not a fast-forward: {to_hex(u.new)[:12]} does not descend from "
-                        f"{to_hex(u.old)[:12]}; pull (with rebase) first, or push with force",
-                        ref=u.ref, current=to_hex(u.old), expected=to_hex(u.old))
+                        f"push to {u.ref} is not a fast-forward: {u.new[:12]} does not descend from "
+                        f"{u.old[:12]}; pull (with rebase) first, or push with force",
+                        ref=u.ref, current=u.old, expected=u.old)
 
         result: UnpackResult = unpack(self.store, stream, cas, message="push", check=fast_forward)
         return {"ok": True, "objects": result.objects, "newObjects": result.new_objects,
-                "refs": {name: new for name, new in result.refs.items()}}
+                "refs": {name: new for name, (_, new) in cas.items()}}  # raw ids on the wire
 
 
-def serve_stream(service: Service, rfile: BinaryIO, wfile: BinaryIO) -> None:
+def serve_stream(service: Service, rfile: ByteReader, wfile: BinaryIO) -> None:
     """Serve one connection on a pair of binary streams (stdin/stdout of `ctxstore serve --stdio`)."""
 
     def send(message: Mapping[str, Any]) -> None:
@@ -281,7 +337,7 @@ def serve_stream(service: Service, rfile: BinaryIO, wfile: BinaryIO) -> None:
 
     send(service.advertise().to_message())
     while True:
-        request = read_frame(rfile, eof_ok=True)
+        request = read_frame_or_eof(rfile)
         if request is None:
             return
         op = request.get("op")
@@ -304,7 +360,7 @@ def serve_stream(service: Service, rfile: BinaryIO, wfile: BinaryIO) -> None:
                     return
             else:
                 raise InvalidInput(f"unknown request {op!r}; this server knows refs, fetch and push")
-        except (CtxStoreError, SyncError) as exc:
+        except CtxStoreError as exc:
             send(encode_error(exc))
             if op == "push":
                 return  # the pack may be unread: the stream is out of step

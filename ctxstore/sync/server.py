@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import io
 import os
 import socket
 import tempfile
@@ -39,6 +38,7 @@ from ..errors import (
     NonFastForward,
     NotARepository,
     RefError,
+    RemoteError,
 )
 from ..repo.repository import Repository
 from .http import CONTENT_TYPE
@@ -50,6 +50,7 @@ DEFAULT_MAX_BODY = 1 << 30
 """Largest push body accepted, in bytes (a pack of a few million small messages)."""
 DEFAULT_REQUEST_TIMEOUT = 600.0
 Scope = Literal["read", "write"]
+_Spool = tempfile.SpooledTemporaryFile[bytes]
 _OPS = ("refs", "fetch", "push")
 
 
@@ -109,7 +110,8 @@ def _status_of(exc: CtxStoreError) -> int:
         return 409
     if isinstance(exc, AuthError):
         return 403
-    if isinstance(exc, BadPack | InvalidInput | RefError | MissingObject):
+    # A RemoteError here is the client's: a request frame cut short or malformed.
+    if isinstance(exc, BadPack | InvalidInput | RefError | MissingObject | RemoteError):
         return 400
     return 500
 
@@ -201,7 +203,7 @@ class _Hub:
         except CtxStoreError as exc:
             return _error(_status_of(exc), exc)
 
-    async def _body(self, request: Request, limit: int) -> Any:
+    async def _body(self, request: Request, limit: int) -> _Spool | Response:
         """The request body spooled (to disk past 8 MiB), or the 413/408 response."""
         too_big = _error(413, InvalidInput(f"the request body is over this hub's {limit}-byte limit; "
                                            "push fewer revisions at a time or ask for a larger --max-body"))
@@ -225,10 +227,10 @@ class _Hub:
         spool.seek(0)
         return spool
 
-    async def _fetch(self, service: Service, body: Any) -> Response:
+    async def _fetch(self, service: Service, body: _Spool) -> Response:
         with body:
             request = read_frame(body)
-        oids = await run_in_threadpool(service.plan_fetch, request or {})
+        oids = await run_in_threadpool(service.plan_fetch, request)
         head = encode_frame({"ok": True, "objects": len(oids), "pack": bool(oids)})
 
         def stream() -> Iterator[bytes]:
@@ -245,11 +247,8 @@ class _Hub:
             self._repos.clear()
 
 
-def _push(service: Service, body: io.BufferedIOBase) -> dict[str, Any]:
-    request = read_frame(body)  # type: ignore[arg-type]
-    if request is None:
-        raise InvalidInput("an empty push request; send a push frame and a pack")
-    return service.receive_push(request, body)
+def _push(service: Service, body: _Spool) -> dict[str, Any]:
+    return service.receive_push(read_frame(body), body)
 
 
 def create_app(settings: HubSettings) -> Starlette:

@@ -11,20 +11,28 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from ..errors import InvalidInput, RemoteError, SyncError
-from ..ids import ObjectId
-from ..pack.stream import PackSource
+from ..ids import HexId
 from ..repo.repository import Repository
-from .protocol import Advertisement, RefUpdate, Service, decode_error, encode_frame, read_frame
+from .protocol import (
+    Advertisement,
+    Receive,
+    RefUpdate,
+    Service,
+    decode_error,
+    encode_frame,
+    fetch_request,
+    push_request,
+    read_frame,
+)
 
 __all__ = ["LocalTransport", "StdioTransport", "Transport", "open_transport", "ssh_command"]
 
 T = TypeVar("T")
-Receive = Callable[[PackSource], T]
 
 
 class Transport(Protocol):
@@ -36,7 +44,7 @@ class Transport(Protocol):
         """The remote's refs (heads and tags) and versions."""
         ...
 
-    def fetch(self, wants: Sequence[ObjectId], haves: Sequence[ObjectId], receive: Receive[T]) -> T | None:
+    def fetch(self, wants: Sequence[HexId], haves: Sequence[HexId], receive: Receive[T]) -> T | None:
         """Ask for what `wants` reach and `haves` do not; `receive` reads the pack (None: nothing sent)."""
         ...
 
@@ -60,12 +68,12 @@ class LocalTransport:
     def advertise(self) -> Advertisement:
         return self._service.advertise()
 
-    def fetch(self, wants: Sequence[ObjectId], haves: Sequence[ObjectId], receive: Receive[T]) -> T | None:
-        oids = self._service.plan_fetch({"wants": list(wants), "haves": list(haves)})
+    def fetch(self, wants: Sequence[HexId], haves: Sequence[HexId], receive: Receive[T]) -> T | None:
+        oids = self._service.plan_fetch(fetch_request(wants, haves))
         return receive(self._service.send(oids)) if oids else None
 
     def push(self, updates: Sequence[RefUpdate], pack: Iterable[bytes]) -> dict[str, Any]:
-        return self._service.receive_push({"updates": [u.to_message() for u in updates]}, pack)
+        return self._service.receive_push(push_request(updates), pack)
 
     def close(self) -> None:
         self._repo.close()
@@ -80,7 +88,9 @@ class StdioTransport:
             self._proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         except OSError as exc:
             raise SyncError(f"cannot start {argv[0]!r} to reach {self.url}: {exc}") from None
-        assert self._proc.stdin is not None and self._proc.stdout is not None
+        # Popen with both pipes requested always makes them; the check only narrows their type.
+        if self._proc.stdin is None or self._proc.stdout is None:
+            raise SyncError(f"cannot talk to {argv[0]!r}: it was started without pipes")
         self._in = self._proc.stdin
         self._out = self._proc.stdout
         self._advert: Advertisement | None = None
@@ -94,27 +104,24 @@ class StdioTransport:
 
     def _answer(self) -> dict[str, Any]:
         message = read_frame(self._out)
-        assert message is not None
         if "error" in message:
             raise decode_error(message, self.url)
         return message
 
     def advertise(self) -> Advertisement:
         if self._advert is None:
-            message = read_frame(self._out)
-            assert message is not None
-            self._advert = Advertisement.from_message(message, self.url)
+            self._advert = Advertisement.from_message(read_frame(self._out), self.url)
         return self._advert
 
-    def fetch(self, wants: Sequence[ObjectId], haves: Sequence[ObjectId], receive: Receive[T]) -> T | None:
+    def fetch(self, wants: Sequence[HexId], haves: Sequence[HexId], receive: Receive[T]) -> T | None:
         self.advertise()
-        self._request({"op": "fetch", "wants": list(wants), "haves": list(haves)})
+        self._request({"op": "fetch", **fetch_request(wants, haves)})
         head = self._answer()
         return receive(self._out) if head.get("pack") else None
 
     def push(self, updates: Sequence[RefUpdate], pack: Iterable[bytes]) -> dict[str, Any]:
         self.advertise()
-        self._request({"op": "push", "updates": [u.to_message() for u in updates]})
+        self._request({"op": "push", **push_request(updates)})
         # The server may refuse before reading the pack and hang up: its answer says why.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             for chunk in pack:
@@ -136,12 +143,16 @@ class StdioTransport:
 
 def ssh_command(url: str) -> list[str]:
     """The command an ``ssh://[user@]host[:port]/path`` remote runs: the system ssh and serve --stdio."""
-    parts = urlsplit(url)
+    parts = _split(url)
+    try:
+        port = parts.port
+    except ValueError:
+        raise InvalidInput(f"not an ssh remote URL: {url!r}; its port must be a number") from None
     if not parts.hostname or not parts.path:
         raise InvalidInput(f"not an ssh remote URL: {url!r}; write ssh://[user@]host[:port]/path")
     argv = ["ssh"]
-    if parts.port:
-        argv += ["-p", str(parts.port)]
+    if port:
+        argv += ["-p", str(port)]
     host = f"{parts.username}@{parts.hostname}" if parts.username else parts.hostname
     # ssh hands the remote command to a shell: the path goes as one quoted word.
     path = unquote(parts.path)
@@ -151,11 +162,18 @@ def ssh_command(url: str) -> list[str]:
     return [*argv, "--", host, "ctxstore", "serve", "--stdio", quoted]
 
 
+def _split(url: str) -> SplitResult:
+    try:
+        return urlsplit(url)
+    except ValueError as exc:  # an unclosed [ipv6] host, for one
+        raise InvalidInput(f"not a remote URL: {url!r} ({exc})") from None
+
+
 def open_transport(url: str, *, token: str | None = None, timeout: float = 300.0) -> Transport:
     """A transport for a remote URL: http(s), ssh, file:// or a plain path."""
     if not isinstance(url, str) or not url:
         raise InvalidInput(f"a remote URL must be a non-empty string, not {url!r}")
-    scheme = urlsplit(url).scheme.lower()
+    scheme = _split(url).scheme.lower()
     if scheme in ("http", "https"):
         from .http import HttpTransport
 

@@ -1,0 +1,145 @@
+"""Committing histories to refs: fast-forward moves with their objects in one transaction, and the one
+rebase-and-retry loop every writer (append, recording, import) shares.
+
+The common case costs one write transaction: the ref is unborn, or its head is reached by walking
+revisions this process already knows (pending objects, cached parents), so nothing is read while the
+writer's lock is held. Otherwise the transaction is abandoned, the lineage is walked outside it, and the
+commit tried again; a history that does not descend from the ref's head is a `NonFastForward`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from ..errors import InvalidInput, MissingObject, NonFastForward, RefMoved
+from ..format.objects import Revision, references
+from ..history.message_history import MessageHistory
+from ..ids import ObjectId, from_hex, hex_or_none, to_hex
+from ..ids import short_hex as _short
+from ..refs import apply_updates, resolve_ref_name
+from ..store.base import Transaction, TransactionalStore
+from .lineage import Lineage, read_object
+from .reports import CommitResult
+
+__all__ = ["CAS_RETRIES", "REBASES", "commit_many", "commit_rebasing"]
+
+CAS_RETRIES: Final = 8
+"""Transactions a commit tries while other writers move its refs forward (each try re-walks only news)."""
+REBASES: Final = 100
+"""Rebases `commit_rebasing` makes before it gives up with `RefMoved`."""
+
+
+class _Moved(Exception):
+    """Leaves the write transaction (aborting it): a ref's head is not known to be in the lineage."""
+
+    def __init__(self, ref: str, full: str, current: ObjectId) -> None:
+        super().__init__(ref, full, current)
+        self.ref, self.full, self.current = ref, full, current
+
+
+def commit_many(store: TransactionalStore, lineage: Lineage, updates: Mapping[str, MessageHistory], *,
+                force: bool = False, message: str = "") -> list[CommitResult]:
+    """Write what the histories made that the store lacks and move every ref to its history's head, or none.
+
+    Fast-forward only unless `force`: a ref's head must be in its history's lineage (an unborn ref takes
+    any). Otherwise `NonFastForward` names both heads and nothing is written. Results come in the order
+    of `updates`.
+    """
+    if not updates:
+        raise InvalidInput("no refs to commit")
+    for ref, h in updates.items():
+        if not isinstance(h, MessageHistory):
+            raise InvalidInput(f"commit takes a MessageHistory for {ref!r}, not {type(h).__name__}")
+    heads = {ref: from_hex(h.revision_id) for ref, h in updates.items()}
+    pending: dict[ObjectId, bytes] = {}
+    foreign: set[ObjectId] = set()
+    for h, head in zip(updates.values(), heads.values(), strict=True):
+        made = h.workspace.pending()
+        pending.update(made)
+        rev = h.workspace.cached(head)
+        if isinstance(rev, Revision):
+            lineage.note(head, rev.parent)  # spares the fast-forward check a parse
+        if h.workspace.source is not store:
+            # Built over another source: what its new objects point at may be missing here.
+            foreign.update(oid for oid, _ in made)
+    moves: dict[str, tuple[ObjectId | None, ObjectId]] = {}
+    walked: dict[str, ObjectId] = {}  # ref -> a head the lineage walk found in that ref's history
+    for _attempt in range(CAS_RETRIES):
+        try:
+            with store.transaction(write=True) as txn:
+                moves = {}
+                for ref, head in heads.items():
+                    full = resolve_ref_name(ref, lambda n: txn.get_ref(n) is not None)
+                    if full in moves:
+                        raise InvalidInput(f"ref {full} is committed twice in one batch ({ref!r})")
+                    current = txn.get_ref(full)
+                    if not (force or current is None or current == head or walked.get(ref) == current
+                            or lineage.known_descent(head, current, pending)):
+                        raise _Moved(ref, full, current)
+                    moves[full] = (current, head)
+                _write_objects(txn, pending, foreign)
+                apply_updates(txn, moves, message=message or "commit")
+        except _Moved as moved:
+            # Walk the lineage outside the writer's lock, reading the store as needed.
+            if not lineage.descends(updates[moved.ref], moved.current):
+                base = lineage.base_of(updates[moved.ref])
+                raise NonFastForward(
+                    f"ref {moved.full} moved to {_short(moved.current)} since you loaded it at {_short(base)}; "
+                    "rebase onto it, commit with rebase=True, or commit with force",
+                    ref=moved.full, current=to_hex(moved.current), expected=hex_or_none(base),
+                ) from None
+            walked[moved.ref] = moved.current  # the next try accepts this head without walking again
+            continue
+        break
+    else:
+        raise RefMoved(f"refs {', '.join(heads)} kept moving while committing ({CAS_RETRIES} tries); "
+                       "commit again")
+    for h in updates.values():
+        if h.workspace.source is store:
+            h.workspace.forget(pending)
+    return [CommitResult(full, hex_or_none(old), to_hex(new)) for full, (old, new) in moves.items()]
+
+
+def commit_rebasing(store: TransactionalStore, lineage: Lineage, ref: str, history: MessageHistory, *,
+                    message: str = "", retries: int = REBASES) -> CommitResult:
+    """Commit `history` to `ref`; whenever another writer got there first, rebase onto the ref and retry.
+
+    The history's own revisions (their recorded operations) are replayed on the ref's new head, so
+    nobody's entries are lost. After `retries` rebases the ref is still moving: `RefMoved`.
+    """
+    if type(retries) is not int or retries < 1:
+        raise InvalidInput(f"retries must be a positive whole number, not {retries!r}")
+    for _attempt in range(retries):
+        try:
+            return commit_many(store, lineage, {ref: history}, message=message)[0]
+        except NonFastForward:  # RefMoved too: the ref moved on, so build on where it is now
+            with store.transaction() as txn:
+                head = txn.get_ref(resolve_ref_name(ref, lambda n: txn.get_ref(n) is not None))
+            onto = MessageHistory(source=store, head=hex_or_none(head))
+            history = history.rebase_onto(onto)
+    raise RefMoved(f"ref {ref} kept moving; gave up after {retries} rebases; commit again")
+
+
+def _write_objects(txn: Transaction, pending: dict[ObjectId, bytes], foreign: set[ObjectId]) -> None:
+    """Write the pending objects; one made over another source must not point at an absent object.
+
+    A history loaded from this store only points at objects it read here or made itself, so only
+    objects made over another source need their references checked (and those the store holds are
+    not rewritten). The store skips, and re-stamps, any other object it already holds, so nothing
+    made here is looked up beforehand: the insert is the only search.
+    """
+    held: set[ObjectId] = set()
+    for oid in foreign:
+        data = pending.get(oid)
+        if data is None:
+            continue
+        if txn.has(oid):
+            held.add(oid)  # a foreign history may carry much the store has: leave those alone
+            continue
+        for ref in references(read_object(oid, data)):
+            if ref not in pending and not txn.has(ref):
+                raise MissingObject(
+                    f"object {to_hex(oid)} refers to {to_hex(ref)}, which neither the history nor the "
+                    "store holds; load the history from this repository (or import it whole) and retry")
+    txn.write_objects((oid, data) for oid, data in pending.items() if oid not in held)

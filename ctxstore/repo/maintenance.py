@@ -1,0 +1,224 @@
+"""Repository maintenance: fsck, gc and stats, over one reachability walk from refs and reflogs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..errors import CtxStoreError, InvalidInput, MissingObject
+from ..format import seq
+from ..format.objects import Entry, parse_object, references
+from ..ids import ObjectId, object_id, to_hex
+from ..refs import reflog_records
+from ..store.base import Transaction, TransactionalStore
+from .lineage import Lineage, read_object
+from .reports import FsckReport, GcReport, RepoStats
+
+__all__ = ["fsck", "gc", "reachable", "roots", "stats"]
+
+
+def roots(txn: Transaction) -> tuple[dict[str, ObjectId], set[ObjectId], int]:
+    """Ref heads, every object a ref or reflog entry names, and the number of reflog entries."""
+    heads = txn.refs("refs/")
+    found = set(heads.values())
+    count = 0
+    for _name, entry in reflog_records(txn):
+        count += 1
+        found.update(o for o in (entry.old, entry.new) if o is not None)
+    return heads, found, count
+
+
+def reachable(txn: Transaction, start: Iterable[ObjectId], marked: set[ObjectId],
+              missing: dict[ObjectId, ObjectId | None] | None = None) -> None:
+    """The one reachability walk: add everything reachable from `start` to `marked`.
+
+    Objects already in `marked` are not walked again (gc's second pass only walks what moved). Absent
+    ones go to `missing` with a referrer; present but unreadable ones are marked and left for fsck's
+    object pass to report.
+    """
+    stack: list[tuple[ObjectId, ObjectId | None]] = [(r, None) for r in start if r not in marked]
+    while stack:
+        oid, referrer = stack.pop()
+        if oid in marked:
+            continue
+        try:
+            data = txn.get(oid) if txn.has(oid) else None
+        except MissingObject:
+            data = None
+        except CtxStoreError:
+            marked.add(oid)
+            continue
+        if data is None:
+            if missing is not None:
+                missing.setdefault(oid, referrer)
+            continue
+        marked.add(oid)
+        try:
+            obj = read_object(oid, data)
+        except CtxStoreError:
+            continue
+        stack.extend((ref, oid) for ref in references(obj) if ref not in marked)
+
+
+def fsck(store: TransactionalStore) -> FsckReport:
+    """Check every object (hash, canonical form, shape) and that refs and reflogs reach only held ones."""
+    report = FsckReport()
+    for oid in store:
+        report.objects += 1
+        try:
+            data = store.get(oid)
+        except CtxStoreError as exc:
+            report.problems.append(f"object {to_hex(oid)} cannot be read: {exc}")
+            continue
+        report.bytes += len(data)
+        actual = object_id(data)
+        if actual != oid:
+            report.problems.append(f"object {to_hex(oid)} is corrupt: its bytes hash to {to_hex(actual)}")
+            continue
+        try:
+            obj = parse_object(data)
+        except CtxStoreError as exc:
+            report.problems.append(f"object {to_hex(oid)} is malformed: {exc}")
+            continue
+        if (fault := seq.chunking_fault(obj)) is not None:
+            report.problems.append(f"object {to_hex(oid)}: {fault}")
+    marked: set[ObjectId] = set()
+    missing: dict[ObjectId, ObjectId | None] = {}
+    with store.transaction() as txn:
+        try:
+            heads, found, report.reflog_entries = roots(txn)
+        except CtxStoreError as exc:
+            report.problems.append(f"the reflogs cannot be read: {exc}")
+            heads, found = txn.refs("refs/"), set(txn.refs("refs/").values())
+        report.refs = len(heads)
+        reachable(txn, found, marked, missing)
+    head_set = set(heads.values())
+    for name, oid in heads.items():
+        if oid in missing:
+            report.problems.append(f"ref {name} points at {to_hex(oid)}, which is missing")
+    for oid, referrer in missing.items():
+        if referrer is not None:
+            report.problems.append(f"object {to_hex(oid)} is missing (referenced by {to_hex(referrer)})")
+        elif oid not in head_set:
+            report.problems.append(f"object {to_hex(oid)} named by a reflog entry is missing")
+    report.reachable = len(marked)
+    report.unreachable = max(0, report.objects - report.reachable)
+    return report
+
+
+def gc(store: TransactionalStore, grace: float, now_ms: int) -> GcReport:
+    """Delete objects unreachable from every ref and reflog entry and written more than `grace` s ago.
+
+    Reachability is marked from a read snapshot, then re-checked inside the deleting write transaction
+    from the refs and reflogs as they are then, so a ref moved meanwhile keeps its objects.
+    """
+    if not isinstance(grace, int | float) or not grace >= 0:
+        raise InvalidInput(f"grace must be zero or more seconds, not {grace}")
+    cutoff = now_ms - int(grace * 1000)
+    marked: set[ObjectId] = set()
+    with store.transaction() as txn:
+        reachable(txn, roots(txn)[1], marked)
+    report = GcReport()
+    sizes: dict[ObjectId, int] = {}
+    for oid in store:
+        if oid not in marked:
+            written = store.written_at(oid)
+            if written is not None and written <= cutoff:
+                sizes[oid] = _stored_size(store, oid)
+            else:
+                report.kept_young += 1
+    with store.transaction(write=True) as txn:
+        reachable(txn, roots(txn)[1], marked)
+        doomed = []
+        for oid in sizes:
+            written = txn.written_at(oid)
+            if oid in marked or written is None:
+                continue  # reached again by a ref that moved meanwhile, or already gone
+            if written > cutoff:
+                report.kept_young += 1  # rewritten by a committer since the scan
+                continue
+            doomed.append(oid)
+            report.bytes += sizes[oid]
+        report.deleted = txn.delete_objects(doomed)
+    report.reachable = len(marked)
+    return report
+
+
+def stats(store: TransactionalStore, lineage: Lineage, data_file: Path | None) -> RepoStats:
+    """Object counts and sizes, bytes on disk, and what every ref's view would cost without sharing.
+
+    `data_file` is the store's file on disk, if it has one: its allocated blocks are the disk bytes.
+    """
+    base = store.stats()
+    with store.transaction() as txn:
+        heads = txn.refs("refs/")
+    entry_sizes: dict[ObjectId, int] = {}
+    node_sizes: dict[ObjectId, int] = {}
+
+    def leaf_size(items: list[list[Any]]) -> int:
+        total = 0
+        for _entry_id, entry_oid in items:
+            if entry_oid is None:
+                continue
+            size = entry_sizes.get(entry_oid)
+            if size is None:
+                size = entry_sizes[entry_oid] = _entry_size(store, ObjectId(entry_oid))
+            total += size
+        return total
+
+    def tree_size(oid: ObjectId) -> int:
+        # Recursion is bounded: a spine has at most 64 levels (objects.Revision.check).
+        known = node_sizes.get(oid)
+        if known is not None:
+            return known
+        node = lineage.node(oid)
+        if node.level == 0:
+            total = leaf_size(node.items)
+        else:
+            total = sum(tree_size(ObjectId(child)) for child, _ in node.items)
+        node_sizes[oid] = total
+        return total
+
+    logical = 0
+    for oid in heads.values():
+        try:
+            spine = lineage.revision(oid).seq
+            logical += sum(tree_size(top) for top, _ in seq.subtrees(spine)) + leaf_size(spine[0])
+        except CtxStoreError:
+            continue  # a damaged or missing view costs nothing here; fsck reports it
+    disk = base.file_bytes if data_file is None else _disk_bytes(data_file, base.file_bytes)
+    return RepoStats(objects=base.objects, object_bytes=base.object_bytes, stored_bytes=base.stored_bytes,
+                     disk_bytes=disk, refs=len(heads), logical_bytes=logical)
+
+
+def _entry_size(store: TransactionalStore, oid: ObjectId) -> int:
+    """An entry's canonical bytes plus those of the blobs it references."""
+    try:
+        data = store.get(oid)
+    except MissingObject:
+        return 0
+    total = len(data)
+    obj = read_object(oid, data)
+    if isinstance(obj, Entry):
+        for blob in obj.blob_ids():
+            with contextlib.suppress(MissingObject):
+                total += len(store.get(blob))
+    return total
+
+
+def _stored_size(store: TransactionalStore, oid: ObjectId) -> int:
+    try:
+        return store.stored_size(oid)
+    except MissingObject:
+        return 0
+
+
+def _disk_bytes(data: Path, fallback: int) -> int:
+    try:
+        # Allocated blocks, not the sparse apparent size of a grown map.
+        return min(os.stat(data).st_blocks * 512, os.path.getsize(data))
+    except OSError:
+        return fallback
