@@ -836,3 +836,26 @@ def test_sibling_branch_entries_are_unknown_here() -> None:
     base.append({"id": "x", "message": user("X1")})
     assert base.render(["x"]) == []
     assert texts(base.append({"id": "x", "message": user("X2")})) == ["A", "X2"]
+
+
+def test_rebase_drops_a_summary_whose_sources_another_writer_summarised_first() -> None:
+    """Two writers compact the same span; the one rebased second keeps the first one's summary only."""
+    base = MessageHistory().extend([user("a"), assistant("b"), user("c")])
+    first, second = (e.id for e in base.refs()[:2])
+    patch = {"op": "summary", "sourceIds": [first, second], "replace": True}
+    theirs = base.edit({**patch, "entry": user("theirs")})
+    mine = base.edit({**patch, "entry": user("mine")}).append(user("d"))
+    rebased = mine.rebase_onto(theirs)
+    assert [m["content"] for m in rebased.render()] == ["theirs", "c", "d"]
+
+
+def test_rebase_replays_only_what_the_other_side_lacks_on_long_lineages() -> None:
+    """Rebasing one append onto a sibling of a 2,000-revision lineage replays exactly that append."""
+    base = MessageHistory()
+    for i in range(2000):
+        base = base.append(user(f"m{i}"))
+    theirs, mine = base.append(user("theirs")), base.append(user("mine"))
+    rebased = mine.rebase_onto(theirs)
+    assert [m["content"] for m in rebased.render()][-3:] == ["m1999", "theirs", "mine"]
+    assert rebased.size == 2002 and list(rebased.lineage())[1] == theirs.revision_id
+    assert theirs.rebase_onto(theirs).revision_id == theirs.revision_id

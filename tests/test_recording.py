@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ctxstore.repo.commit as commit_module
 from ctxstore import Repository
 from ctxstore.agents.loop import Agent
 from ctxstore.agents.offline import OfflineModel, tool_call
@@ -226,20 +227,20 @@ def test_a_failing_summarization_leaves_the_ref_unchanged(repo: Repository) -> N
     assert repo.head("main") == head
 
 
-def test_a_ref_that_keeps_moving_gives_up_after_the_retries_with_nothing_lost(repo: Repository) -> None:
+def test_a_ref_that_keeps_moving_gives_up_after_the_retries_with_nothing_lost(
+        repo: Repository, monkeypatch: pytest.MonkeyPatch) -> None:
     strategy = repository_history_strategy(repo, "main", retries=2)
-    original = repo.commit
+    original = commit_module.commit_many
 
-    def racing_commit(ref: str, history: MessageHistory, **kwargs: Any) -> Any:
-        original("main", repo.history("main").append(user("someone else")))  # another writer wins
-        return original(ref, history, **kwargs)
+    def racing_commit_many(store: Any, lineage: Any, updates: Any, **kwargs: Any) -> Any:
+        # Another writer wins every race: it commits just before each of the recorder's tries.
+        original(store, lineage, {"main": repo.history("main").append(user("someone else"))})
+        return original(store, lineage, updates, **kwargs)
 
-    repo.commit = racing_commit  # type: ignore[method-assign]
-    try:
+    with monkeypatch.context() as patched:
+        patched.setattr(commit_module, "commit_many", racing_commit_many)
         with pytest.raises(RefMoved, match="kept moving") as caught:
             run(strategy.on_append(user("mine"), APPEND))
-    finally:
-        del repo.commit
     assert isinstance(caught.value, CtxStoreError)
     assert isinstance(caught.value, NonFastForward)  # what rebasing handlers already catch
     assert not isinstance(caught.value, StoreError)  # a lost race, not a storage failure

@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from itertools import islice
 from typing import Any, Final
 
-from ..errors import InvalidInput, NonFastForward, RefMoved
+from ..errors import InvalidInput, RefMoved
 from ..history.message_history import MessageHistory
-from ..ids import HexId, from_hex
+from ..ids import HexId
 from ..repo.repository import Repository
 from .strategies import (
     HistoryAppendContext,
@@ -120,30 +120,26 @@ class RepositoryHistoryStrategy:
     def commit(self, *, message: str = "record") -> HexId:
         """Commit the inner history to the ref now if it changed (rebasing if the ref moved); the head id.
 
-        The rebase is this strategy's own rather than `Repository.commit(rebase=True)`: it also drops
-        a summary whose sources another writer summarised first (see the module).
+        A lost race rebases through the repository's one loop (`Repository.commit(rebase=True)`); the
+        inner strategy then continues from what landed. After `retries` rebases: `RefMoved`, with the
+        conversation in memory intact.
         """
         history = self.inner.history
         if history.revision_id == self._synced:
             return HexId(history.revision_id)
-        note = message
-        for _attempt in range(self.retries):
-            try:
-                moved = self.repo.commit(self.ref, history, message=note)
-            except NonFastForward:  # RefMoved too: build on where the ref is now
-                history = self._rebased(history)
-                self.inner.history = history
-                note = f"{message} (rebased)"
-                continue
-            self._base = self._synced = moved.new
-            return moved.new
-        current = self.repo.head(self.ref)
-        raise RefMoved(
-            f"ref {self.ref} kept moving while recording ({self.retries} rebases, now at "
-            f"{(current or '(deleted)')[:12]}); the conversation in memory is intact: call commit() "
-            "again, or record into another ref",
-            ref=self.ref, current=current, expected=self._base,
-        )
+        try:
+            moved = self.repo.commit(self.ref, history, rebase=True, retries=self.retries, message=message)
+        except RefMoved as error:
+            raise RefMoved(
+                f"ref {self.ref} kept moving while recording ({self.retries} rebases, now at "
+                f"{(error.current or '(deleted)')[:12]}); the conversation in memory is intact: call "
+                "commit() again, or record into another ref",
+                ref=self.ref, current=error.current, expected=self._base,
+            ) from None
+        if moved.new != history.revision_id:  # rebased: continue from what landed
+            self.inner.history = self.repo.history(moved.new)
+        self._base = self._synced = moved.new
+        return moved.new
 
     def _take_in_ref(self) -> None:
         """Bring the ref's new revisions (another process's messages) into the inner history."""
@@ -155,36 +151,6 @@ class RepositoryHistoryStrategy:
             self._base = self._synced = current
         else:
             self.commit(message="record (took in the ref)")
-
-    def _rebased(self, history: MessageHistory) -> MessageHistory:
-        """`history`'s own revisions replayed onto the ref's head, minus summaries that lost their sources."""
-        target = self.repo.history(self.ref)
-        result = target
-        for revision_id in reversed(self._unpushed(history, target)):  # oldest first
-            operation = history.workspace.revision(from_hex(revision_id)).operation
-            if _stale_summary(operation, result):
-                continue
-            result = result.replay(history, revision_id)
-        return result
-
-    def _unpushed(self, history: MessageHistory, target: MessageHistory) -> list[str]:
-        """`history`'s revisions that `target`'s lineage lacks, newest first."""
-        # Usually the ref only moved ahead of the head this strategy last synced: walking the ref back
-        # to that head finds the common revision without reading the whole (long) lineage.
-        theirs: set[str] = set()
-        for revision_id in target.lineage():
-            theirs.add(revision_id)
-            if revision_id == self._base:
-                break
-        for complete in (False, True):
-            if complete:  # the ref was reset elsewhere: compare with all of its lineage
-                theirs = set(target.lineage())
-            mine: list[str] = []
-            for revision_id in history.lineage():
-                if revision_id in theirs:
-                    return mine
-                mine.append(revision_id)
-        return mine
 
     def __repr__(self) -> str:
         return f"repository_history_strategy({self.repo!r}, {self.ref!r}, {self.inner!r})"
@@ -217,16 +183,3 @@ def _describe(what: str, ctx: HistoryReadContext) -> str:
     return f"{what} ({run_id} step {step})" if step is not None else f"{what} ({run_id})"
 
 
-def _stale_summary(operation: Any, onto: MessageHistory) -> bool:
-    """Whether an edit replaces sources with a summary while some of them are gone from `onto`'s view."""
-    if not isinstance(operation, Mapping) or operation.get("type") != "edit":
-        return False
-    present: set[str] | None = None
-    for patch in operation.get("patches") or ():
-        if not isinstance(patch, Mapping) or patch.get("op") != "summary" or not patch.get("replace"):
-            continue
-        if present is None:
-            present = {entry.id for entry in onto.refs()}
-        if not set(patch.get("sourceIds") or ()) <= present:
-            return True
-    return False

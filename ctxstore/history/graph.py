@@ -53,6 +53,34 @@ class Graph:
             yield oid
             oid = self.workspace.parent(oid)
 
+    def since_common(self, head: ObjectId, other: Graph, other_head: ObjectId) -> list[ObjectId]:
+        """`head` and its ancestors down to (not including) the newest revision `other_head`'s lineage
+        shares with it, newest first: both chains are walked in turn, so only their ends are read."""
+        mine_chain, theirs_chain = self.chain(head), other.chain(other_head)
+        mine: list[ObjectId] = []
+        mine_seen: set[ObjectId] = set()
+        theirs_seen: set[ObjectId] = set()
+        mine_done = theirs_done = False
+        while not (mine_done and theirs_done):
+            if not mine_done:
+                oid = next(mine_chain, None)
+                if oid is None:
+                    mine_done = True
+                elif oid in theirs_seen:
+                    return mine
+                else:
+                    mine.append(oid)
+                    mine_seen.add(oid)
+            if not theirs_done:
+                oid = next(theirs_chain, None)
+                if oid is None:
+                    theirs_done = True
+                elif oid in mine_seen:
+                    return mine[:mine.index(oid)]
+                else:
+                    theirs_seen.add(oid)
+        return mine
+
     def revisions(self) -> list[ObjectId]:
         """Every revision reachable from the tips, parents before children."""
         seen: set[ObjectId] = set()

@@ -253,17 +253,20 @@ class MessageHistory:
                 raise DuplicateEntryId(f"entry id {entry_id!r} names different entries on the two lineages")
 
     def rebase_onto(self, onto: MessageHistory) -> MessageHistory:
-        """Replay this history's revisions that `onto` lacks on top of `onto` (oldest first)."""
+        """Replay this history's revisions that `onto` lacks on top of `onto` (oldest first).
+
+        Only the two lineages' ends back to their newest common revision are read. A compaction that
+        lost a race is dropped rather than replayed: an edit with a ``summary`` patch that replaces its
+        sources, when some of those sources are no longer in the view it would apply to (another writer
+        summarised them first), is skipped, so a rebase never appends a stray summary at the end.
+        """
         if not isinstance(onto, MessageHistory):
             raise InvalidInput(f"rebase_onto needs a MessageHistory, not {type(onto).__name__}")
-        theirs = set(onto._graph.chain(onto._head))
-        mine = []
-        for oid in self._graph.chain(self._head):
-            if oid in theirs:
-                break
-            mine.append(oid)
+        mine = self._graph.since_common(self._head, onto._graph, onto._head)
         result = onto
         for oid in reversed(mine):
+            if _replaces_absent_sources(self._revision(oid).operation, result):
+                continue
             result = result.replay(self, to_hex(oid))
         return result
 
@@ -373,3 +376,17 @@ def _apply_patch(items: list[Item], patch: dict[str, Any], ws: Workspace) -> lis
                 it for it in items[first:] if it[0] not in sources]
     return [*items, summary]
 
+
+def _replaces_absent_sources(operation: Mapping[str, Any] | None, onto: MessageHistory) -> bool:
+    """Whether an edit replaces sources with a summary while some of them are gone from `onto`'s view."""
+    if operation is None or operation.get("type") != "edit":
+        return False
+    present: set[str] | None = None
+    for patch in operation.get("patches") or ():
+        if patch.get("op") != "summary" or not patch.get("replace"):
+            continue
+        if present is None:
+            present = {entry.id for entry in onto.refs()}
+        if not set(patch.get("sourceIds") or ()) <= present:
+            return True
+    return False

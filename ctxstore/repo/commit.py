@@ -110,15 +110,20 @@ def commit_rebasing(store: TransactionalStore, lineage: Lineage, ref: str, histo
     """
     if type(retries) is not int or retries < 1:
         raise InvalidInput(f"retries must be a positive whole number, not {retries!r}")
+    head: ObjectId | None = None
+    note = message
     for _attempt in range(retries):
         try:
-            return commit_many(store, lineage, {ref: history}, message=message)[0]
+            return commit_many(store, lineage, {ref: history}, message=note)[0]
         except NonFastForward:  # RefMoved too: the ref moved on, so build on where it is now
             with store.transaction() as txn:
-                head = txn.get_ref(resolve_ref_name(ref, lambda n: txn.get_ref(n) is not None))
+                full = resolve_ref_name(ref, lambda n: txn.get_ref(n) is not None)
+                head = txn.get_ref(full)
             onto = MessageHistory(source=store, head=hex_or_none(head))
             history = history.rebase_onto(onto)
-    raise RefMoved(f"ref {ref} kept moving; gave up after {retries} rebases; commit again")
+            note = f"{message or 'commit'} (rebased)"
+    raise RefMoved(f"ref {ref} kept moving; gave up after {retries} rebases; commit again",
+                   ref=ref, current=hex_or_none(head))
 
 
 def _write_objects(txn: Transaction, pending: dict[ObjectId, bytes], foreign: set[ObjectId]) -> None:

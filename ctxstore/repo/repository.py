@@ -233,16 +233,18 @@ class Repository:
         return MessageHistory(source=self.store, head=to_hex(oid))
 
     def commit(self, ref: str, history: MessageHistory, *, force: bool = False, rebase: bool = False,
-               message: str = "") -> CommitResult:
+               message: str = "", retries: int = _commit.REBASES) -> CommitResult:
         """Write the objects `history` made that the store lacks and move `ref` to its head, atomically.
 
         Fast-forward only: the ref's current head must be in the history's lineage (an unborn ref takes
         any history). Otherwise `NonFastForward` names both heads and nothing is written; `rebase` onto
         the ref and commit again, pass ``rebase=True`` to have that done here until it lands, or pass
-        ``force=True`` (the old head stays in the reflog). Returns the move: ref, old head, new head.
+        ``force=True`` (the old head stays in the reflog). With `rebase`, `RefMoved` after `retries`
+        rebases. Returns the move: ref, old head, new head (not the history's head after a rebase).
         """
         if rebase and not force:
-            return _commit.commit_rebasing(self.store, self._lineage, ref, history, message=message)
+            return _commit.commit_rebasing(self.store, self._lineage, ref, history, message=message,
+                                           retries=retries)
         return _commit.commit_many(self.store, self._lineage, {ref: history}, force=force, message=message)[0]
 
     def commit_many(self, updates: Mapping[str, MessageHistory], *, force: bool = False,
