@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,3 +69,42 @@ def claude_transcript(tmp_path: Path) -> ClaudeTranscript:
         {"role": "assistant", "content": [{"type": "text", "text": "One file: a.py"}]},
     ]
     return ClaudeTranscript(path, SESSION, main_line, f"fork-{_uuid(2)[:8]}")
+
+
+# -- messages ------------------------------------------------------------------------------------------
+
+def user(text: str) -> dict[str, Any]:
+    """A user message with plain-text content."""
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str) -> dict[str, Any]:
+    """An assistant message with plain-text content."""
+    return {"role": "assistant", "content": text}
+
+
+def assistant_blocks(text: str) -> dict[str, Any]:
+    """An assistant message as the Messages API returns it: a list with one text block."""
+    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
+
+
+def msg(text: str, role: str = "user") -> dict[str, Any]:
+    """A message of `role` with plain-text content."""
+    return {"role": role, "content": text}
+
+
+def texts(messages: list[dict[str, Any]]) -> list[Any]:
+    """Each message's text: string content as it is, and for block content each block's text (or type)."""
+    out: list[Any] = []
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, str):
+            out.append(content)
+        else:
+            out.extend(b.get("text") or b.get("type") for b in content)
+    return out
+
+
+def run(coro: Any) -> Any:
+    """Run a coroutine to completion (the tests' way into async APIs)."""
+    return asyncio.run(coro)

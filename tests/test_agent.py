@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import httpx2
 import pytest
+from conftest import run
 
 from ctxstore.agents.anthropic import anthropic_model
 from ctxstore.agents.loop import Agent, RunResult, Tool, agent, tool
@@ -21,10 +22,6 @@ from ctxstore.agents.strategies import (
 )
 from ctxstore.errors import InvalidInput
 from ctxstore.history.budget import cost_of, max_cost, max_tokens
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
 
 
 def multiply(a: int, b: int) -> int:

@@ -6,18 +6,11 @@ import json
 from typing import Any
 
 import pytest
+from conftest import assistant, user
 
 from ctxstore.errors import CtxStoreError, DuplicateEntryId, InvalidInput, UnknownRevision
 from ctxstore.format.objects import BLOB_THRESHOLD, Blob, Entry
 from ctxstore.history.message_history import MessageHistory, MessageHistoryEntry
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def assistant(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": text}
 
 
 def with_ids(*pairs: tuple[str, str]) -> MessageHistory:

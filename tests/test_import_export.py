@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import msg
 
 from ctxstore import Repository
 from ctxstore.errors import InvalidInput, NonFastForward
@@ -21,10 +22,6 @@ from ctxstore.interop import (
     parse_claude_code,
     write_export,
 )
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "content": text}
 
 
 @pytest.fixture

@@ -9,16 +9,13 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
+from conftest import run
 
 from ctxstore.agents.anthropic import anthropic_model
 from ctxstore.agents.models import GenerateResult, Model, Usage
 from ctxstore.agents.offline import OfflineModel, offline_model, tool_call
 from ctxstore.errors import CtxStoreError, InvalidInput, ModelError
 from ctxstore.history.budget import cost_of
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
 
 
 def reply(content: list[dict[str, Any]], stop_reason: str = "end_turn", **usage: Any) -> dict[str, Any]:

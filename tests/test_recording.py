@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import assistant_blocks as assistant
+from conftest import run, texts, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,29 +28,6 @@ from ctxstore.history.message_history import MessageHistory
 MODEL = OfflineModel()
 APPEND = HistoryAppendContext(MODEL, 10_000)
 READ = HistoryReadContext(MODEL, 10_000)
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def assistant(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
-
-
-def texts(messages: list[dict[str, Any]]) -> list[str]:
-    out = []
-    for message in messages:
-        content = message["content"]
-        if isinstance(content, str):
-            out.append(content)
-        else:
-            out.extend(b.get("text", b.get("type")) for b in content)
-    return out
 
 
 def weather(city: str) -> str:

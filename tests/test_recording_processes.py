@@ -7,9 +7,9 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 from click.testing import CliRunner
+from conftest import texts
 
 from ctxstore import Repository
 
@@ -73,17 +73,6 @@ def run_script(tmp_path: Path, name: str, source: str, *args: str) -> subprocess
     script.write_text(source, encoding="utf-8")
     return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120,
                           check=False)
-
-
-def texts(messages: list[dict[str, Any]]) -> list[Any]:
-    out: list[Any] = []
-    for message in messages:
-        content = message["content"]
-        if isinstance(content, str):
-            out.append(content)
-        else:
-            out.extend(b.get("text") or b.get("type") for b in content)
-    return out
 
 
 def test_a_run_with_a_tool_resumes_in_a_new_process_and_the_log_shows_it(tmp_path: Path) -> None:

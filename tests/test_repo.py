@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import msg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,10 +29,6 @@ from ctxstore.format.seq import LEAF_TARGET
 from ctxstore.history.message_history import MessageHistory
 from ctxstore.ids import from_hex, object_id, to_hex
 from ctxstore.store.memory import MemoryStore
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "content": text}
 
 
 @pytest.fixture(params=["memory", "lmdb"])

@@ -7,6 +7,8 @@ import threading
 from typing import Any
 
 import pytest
+from conftest import assistant_blocks as assistant
+from conftest import user
 
 from ctxstore.agents.anthropic import anthropic_model
 from ctxstore.agents.loop import Agent
@@ -38,14 +40,6 @@ class Memory:
 
     async def ingest(self, docs: list[dict[str, Any]]) -> None:
         self.docs.extend(docs)
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def assistant(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
 
 
 def tool_exchange(n: int) -> list[dict[str, Any]]:
