@@ -1,24 +1,16 @@
 """ctxstore: a git-style, content-addressed history store for AI-agent conversations.
 
-The public names are listed, with one line each, in docs/api.md.
+The public names are listed, with one line each, in docs/api.md. The histories, the repository and the
+errors load with the package; the agent, sync and import/export layers (and what they bring: asyncio,
+the model SDK, HTTP) load on first use of one of their names, so a command that needs none of them
+starts fast.
 """
 
-from .agents.anthropic import AnthropicModel, anthropic_model
-from .agents.loop import Agent, RunResult, Tool, tool
-from .agents.models import GenerateResult, Model, Usage
-from .agents.offline import OfflineModel, offline_model, tool_call
-from .agents.recording import repository_history_strategy
-from .agents.signals import Signal, signal_history_strategy
-from .agents.strategies import (
-    HistoryAppendContext,
-    HistoryReadContext,
-    HistoryStrategy,
-    ReadResult,
-    SummaryMemory,
-    append_only_history_strategy,
-    selective_summary_history_strategy,
-    summarizing_history_strategy,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AuthError,
     BadPack,
@@ -47,7 +39,6 @@ from .errors import (
 from .history.budget import PRICING, Pricing, cost_of, estimate_tokens, max_cost, max_tokens
 from .history.message_history import MessageHistory, MessageHistoryEntry
 from .ids import HexId
-from .interop import ImportResult
 from .repo import (
     CommitResult,
     FsckReport,
@@ -60,7 +51,56 @@ from .repo import (
     UnpackResult,
 )
 from .store import MemoryStore
-from .sync.client import FetchResult, PullResult, PushResult, clone, fetch, pull, push
+
+# Names of the upper layers, loaded on first access (PEP 562). The TYPE_CHECKING imports below say the
+# same to type checkers; tests/test_public_api.py checks that the two agree.
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(["AnthropicModel", "anthropic_model"], "ctxstore.agents.anthropic"),
+    **dict.fromkeys(["Agent", "RunResult", "Tool", "tool"], "ctxstore.agents.loop"),
+    **dict.fromkeys(["GenerateResult", "Model", "Usage"], "ctxstore.agents.models"),
+    **dict.fromkeys(["OfflineModel", "offline_model", "tool_call"], "ctxstore.agents.offline"),
+    **dict.fromkeys(["repository_history_strategy"], "ctxstore.agents.recording"),
+    **dict.fromkeys(["Signal", "signal_history_strategy"], "ctxstore.agents.signals"),
+    **dict.fromkeys(["HistoryAppendContext", "HistoryReadContext", "HistoryStrategy", "ReadResult",
+                     "SummaryMemory", "append_only_history_strategy", "selective_summary_history_strategy",
+                     "summarizing_history_strategy"], "ctxstore.agents.strategies"),
+    **dict.fromkeys(["ImportResult"], "ctxstore.interop"),
+    **dict.fromkeys(["FetchResult", "PullResult", "PushResult", "clone", "fetch", "pull", "push"],
+                    "ctxstore.sync.client"),
+}
+
+if TYPE_CHECKING:
+    from .agents.anthropic import AnthropicModel, anthropic_model
+    from .agents.loop import Agent, RunResult, Tool, tool
+    from .agents.models import GenerateResult, Model, Usage
+    from .agents.offline import OfflineModel, offline_model, tool_call
+    from .agents.recording import repository_history_strategy
+    from .agents.signals import Signal, signal_history_strategy
+    from .agents.strategies import (
+        HistoryAppendContext,
+        HistoryReadContext,
+        HistoryStrategy,
+        ReadResult,
+        SummaryMemory,
+        append_only_history_strategy,
+        selective_summary_history_strategy,
+        summarizing_history_strategy,
+    )
+    from .interop import ImportResult
+    from .sync.client import FetchResult, PullResult, PushResult, clone, fetch, pull, push
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ctxstore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 __version__ = "0.1.0"
 

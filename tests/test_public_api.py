@@ -5,9 +5,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import io
+import subprocess
+import sys
 import types
 import typing
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -203,3 +206,30 @@ def test_unpack_refuses_raw_ids_and_a_lost_race_is_ref_moved() -> None:
         dst.unpack(pack, {"refs/heads/main": (None, head)})
     assert info.value.ref == "refs/heads/main" and info.value.current == head
     assert dst.reflog("main")[0].new == head and len(dst.reflog("main")) == 1
+
+
+def test_lazy_names_and_their_type_checking_imports_agree() -> None:
+    """The upper layers' names load on first use; the static imports type checkers read say the same."""
+    import ast
+    import importlib
+
+    source = Path(ctxstore.__file__).read_text(encoding="utf-8")
+    static: dict[str, str] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for statement in node.body:
+                assert isinstance(statement, ast.ImportFrom) and statement.level == 1
+                for alias in statement.names:
+                    static[alias.name] = f"ctxstore.{statement.module}"
+    assert static == ctxstore._LAZY
+    for name, module in static.items():
+        assert name in ctxstore.__all__
+        assert getattr(ctxstore, name) is getattr(importlib.import_module(module), name)
+
+
+def test_importing_ctxstore_does_not_load_the_agent_sync_or_model_layers() -> None:
+    """`import ctxstore` leaves asyncio-heavy agents, HTTP sync and the model SDK unloaded until used."""
+    code = ("import sys, ctxstore; print(sorted(m for m in sys.modules if m.startswith(("
+            "'ctxstore.agents', 'ctxstore.sync', 'ctxstore.interop', 'anthropic', 'httpx2', 'starlette'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
