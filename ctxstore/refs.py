@@ -39,8 +39,11 @@ __all__ = [
     "default_ref_name",
     "is_valid_ref_name",
     "ref_candidates",
+    "ReflogKeep",
     "reflog_records",
     "resolve_ref_name",
+    "rewrite_reflogs",
+    "scan_reflogs",
 ]
 
 HEADS: Final = "refs/heads/"
@@ -105,22 +108,27 @@ def _why_invalid(name: object) -> str | None:
         return "full names live under refs/heads/, refs/tags/ or refs/remotes/<remote>/"
     if parts[1] == "remotes" and len(parts) < 4:
         return "remote refs are named refs/remotes/<remote>/<name>"
+    if parts[1] in ("heads", "tags") and parts[2] == "HEAD" and len(parts) == 3:
+        return "HEAD is what git calls the current branch, so it cannot name a branch or tag"
     return None
 
 
-_VALID: dict[str, None] = {}
-"""Names already found valid (checking one costs a Unicode lookup per character); bounded, cleared when full."""
+_VALID: dict[str, bool] = {}
+"""Names already checked, and whether each is valid (checking one costs a Unicode lookup per character,
+and resolving a short name checks its invalid candidates too); bounded, cleared when full."""
 
 
 def _is_valid(name: object) -> bool:
-    if type(name) is str and name in _VALID:
-        return True
-    if _why_invalid(name) is not None:
+    if type(name) is not str:
         return False
+    known = _VALID.get(name)
+    if known is not None:
+        return known
+    valid = _why_invalid(name) is None
     if len(_VALID) >= 4096:
         _VALID.clear()
-    _VALID[name] = None  # type: ignore[index]
-    return True
+    _VALID[name] = valid
+    return valid
 
 
 def check_ref_name(name: str) -> str:
@@ -187,28 +195,67 @@ class ReflogRecord:
     message: str
 
     def encode(self) -> bytes:
-        """The stored form: canonical CBOR."""
-        return codec.encode({"old": self.old, "new": self.new, "time": self.time_ms, "message": self.message})
+        """The stored form: the canonical CBOR array ``[old, new, time, message]`` (an array, not a map:
+        a ref's reflog grows a record per commit, and the keys were a fifth of each)."""
+        return codec.encode([self.old, self.new, self.time_ms, self.message])
 
     @classmethod
     def decode(cls, data: bytes) -> ReflogRecord:
         """Read the stored form back; a damaged record is a `DamagedData`."""
         try:
             value = codec.decode(data)
-            old, new, when, message = value["old"], value["new"], value["time"], value["message"]
+            if type(value) is not list:
+                raise TypeError
+            old, new, when, message = value
             if not (isinstance(when, int) and isinstance(message, str)):
                 raise TypeError
             return cls(None if old is None else check_oid(old), None if new is None else check_oid(new),
                        when, message)
-        except (EncodingError, KeyError, TypeError, InvalidInput):
+        except (EncodingError, KeyError, TypeError, ValueError, InvalidInput):
             raise DamagedData("a reflog record is damaged; run `ctxstore fsck`") from None
 
 
 def reflog_records(txn: Transaction) -> Iterator[tuple[str, ReflogRecord]]:
-    """Every reflog record of every ref (deleted refs included), by full ref name."""
+    """Every reflog record of every ref (deleted refs included), by full ref name; a damaged one raises."""
     for name in txn.reflog_names():
         for record in txn.reflog(name):
             yield name, ReflogRecord.decode(record)
+
+
+def scan_reflogs(txn: Transaction) -> Iterator[tuple[str, int, ReflogRecord | None]]:
+    """Every reflog record of every ref (deleted refs included) with its position (0: newest); a record
+    that does not decode comes as None, for fsck to report and `rewrite_reflogs` to drop."""
+    for name in txn.reflog_names():
+        for n, record in enumerate(txn.reflog(name)):
+            yield name, n, _decoded_or_none(record)
+
+
+def _decoded_or_none(record: bytes) -> ReflogRecord | None:
+    try:
+        return ReflogRecord.decode(record)
+    except DamagedData:
+        return None
+
+
+ReflogKeep: TypeAlias = Callable[[str, "ReflogRecord | None"], bool]
+"""Whether a reflog record (None: a damaged one) of the named ref stays, for `rewrite_reflogs`."""
+
+
+def rewrite_reflogs(txn: Transaction, keep: ReflogKeep, names: Iterable[str] | None = None) -> dict[str, int]:
+    """Drop the records `keep` refuses from the reflogs of `names` (every reflog, deleted refs' included,
+    when None), inside a caller's write transaction, keeping the rest in order; a reflog left empty is
+    deleted. Returns how many records were dropped, by ref, for the reflogs that changed."""
+    dropped: dict[str, int] = {}
+    for name in list(txn.reflog_names() if names is None else names):
+        stored = txn.reflog(name)  # newest first
+        kept = [record for record in stored if keep(name, _decoded_or_none(record))]
+        if len(kept) == len(stored):
+            continue
+        txn.delete_reflog(name)
+        for record in reversed(kept):
+            txn.append_reflog(name, record)
+        dropped[name] = len(stored) - len(kept)
+    return dropped
 
 
 def _mismatch(name: str, expected: ObjectId | None, current: ObjectId | None) -> RefMoved:
@@ -232,7 +279,7 @@ def apply_updates(txn: Transaction, updates: RefUpdates, *, message: str = "", n
     and the caller's transaction must not commit (leaving its ``with`` block by the exception does that).
     New targets must be in the store or written earlier in the same transaction.
     """
-    when = _now_ms() if now_ms is None else now_ms
+    when = _now_ms() if now_ms is None else codec.check_time_ms(now_ms, "the refs' clock")
     checked: list[tuple[str, ObjectId | None, ObjectId | None]] = []
     for name, (old, new) in updates.items():
         check_ref_name(name)
@@ -347,7 +394,8 @@ class Refs:
             txn.set_ref(source, None)
             txn.set_ref(dest, target_oid)
             note = message or f"renamed from {source}"
-            txn.append_reflog(dest, ReflogRecord(target_oid, target_oid, self._clock(), note).encode())
+            when = codec.check_time_ms(self._clock(), "the refs' clock")
+            txn.append_reflog(dest, ReflogRecord(target_oid, target_oid, when, note).encode())
         return dest
 
     def reflog(self, name: str, limit: int | None = None) -> list[ReflogRecord]:
@@ -357,6 +405,26 @@ class Refs:
         with self._store.transaction() as txn:
             full = resolve_ref_name(name, lambda n: bool(txn.reflog(n, limit=1)))
             return [ReflogRecord.decode(r) for r in txn.reflog(full, limit)]
+
+    def expire_reflogs(self, name: str | None = None, *, before_ms: int | None = None) -> dict[str, int]:
+        """Drop reflog records written before `before_ms` (None: every record), and every damaged one.
+
+        `name` picks one ref's reflog (a deleted ref's too, by its full name); None expires them all.
+        What only the dropped records reached is then unreachable, for gc to delete. Returns the records
+        dropped by full ref name.
+        """
+        if before_ms is not None:
+            codec.check_time_ms(before_ms, "the expiry time")
+        with self._store.transaction(write=True) as txn:
+            names = None
+            if name is not None:
+                full = resolve_ref_name(name, lambda n: bool(txn.reflog(n, limit=1)))
+                if not txn.reflog(full, limit=1):
+                    raise UnknownRef(f"no reflog for {name!r}; list refs with `ctxstore refs`")
+                names = [full]
+            return rewrite_reflogs(
+                txn, lambda _n, rec: rec is not None and before_ms is not None and rec.time_ms >= before_ms,
+                names)
 
     def reflog_names(self) -> list[str]:
         """Every ref name with a reflog, deleted refs included (gc keeps what these reach)."""

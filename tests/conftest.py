@@ -108,3 +108,149 @@ def texts(messages: list[dict[str, Any]]) -> list[Any]:
 def run(coro: Any) -> Any:
     """Run a coroutine to completion (the tests' way into async APIs)."""
     return asyncio.run(coro)
+
+
+# -- a Claude Code session as Claude Code writes it, at any length ------------------------------------
+
+def _cc_uuid(n: int) -> str:
+    return f"{n:08x}-2222-4222-8222-222222222222"
+
+
+class ClaudeSession:
+    """Builds the records of a realistic Claude Code session: every record type an import meets.
+
+    A leading `summary` title, `file-history-snapshot` records, `system` records, user prompts (some
+    with an image), assistant messages streamed as one record per content block sharing a message id
+    (thinking, text, tool use), tool results, a subagent's `isSidechain` records (with `agentId`)
+    between a `Task` tool use and its result, and `compact_boundary` records with `compactMetadata`
+    followed by the compaction summary. `turn()` adds one round; `lines()` gives the JSONL lines, with
+    malformed lines put in where asked.
+    """
+
+    def __init__(self, session: str = SESSION, *, cwd: str = "/home/me/project", branch: str = "main") -> None:
+        self.session, self.cwd, self.branch = session, cwd, branch
+        self.records: list[dict[str, Any]] = [{"type": "summary", "summary": "Refactoring the parser",
+                                               "leafUuid": _cc_uuid(1)}]
+        self.n = 0
+        self.last: str | None = None
+        self.turns = 0
+        self.title = "Refactoring the parser"
+
+    def _next(self) -> tuple[str, str]:
+        self.n += 1
+        seconds = self.n
+        clock = f"{seconds // 3600 % 24:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+        return _cc_uuid(self.n), f"2026-01-0{1 + seconds // 86400}T{clock}.000Z"
+
+    def _base(self, kind: str, parent: str | None, *, sidechain: bool = False,
+              agent: str | None = None) -> dict[str, Any]:
+        uuid, stamp = self._next()
+        rec: dict[str, Any] = {"parentUuid": parent, "isSidechain": sidechain, "userType": "external", "cwd": self.cwd,
+                               "sessionId": self.session, "version": "1.0.98", "gitBranch": self.branch, "type": kind,
+                               "uuid": uuid, "timestamp": stamp}
+        if agent is not None:
+            rec["agentId"] = agent
+        return rec
+
+    def user(self, content: Any, *, parent: str | None = None, sidechain: bool = False, agent: str | None = None,
+             main: bool = True, **extra: Any) -> str:
+        rec = self._base("user", self.last if parent is None and main else parent, sidechain=sidechain, agent=agent)
+        rec["message"] = {"role": "user", "content": content}
+        rec.update(extra)
+        self.records.append(rec)
+        if main:
+            self.last = rec["uuid"]
+        return str(rec["uuid"])
+
+    def assistant(self, blocks: list[dict[str, Any]], *, parent: str | None = None, sidechain: bool = False,
+                  agent: str | None = None, main: bool = True) -> str:
+        """One assistant message, written as Claude Code streams it: a record per content block."""
+        message_id = f"msg_{self.n:06d}"
+        at = self.last if parent is None and main else parent
+        for block in blocks:
+            rec = self._base("assistant", at, sidechain=sidechain, agent=agent)
+            rec["message"] = {"id": message_id, "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                              "content": [block], "stop_reason": None,
+                              "usage": {"input_tokens": 10, "output_tokens": 5}}
+            rec["requestId"] = f"req_{message_id}"
+            self.records.append(rec)
+            at = rec["uuid"]
+        if main:
+            self.last = at
+        return str(at)
+
+    def system(self, text: str) -> None:
+        rec = self._base("system", self.last)
+        rec.update({"subtype": "informational", "content": text, "level": "info", "isMeta": False})
+        self.records.append(rec)
+        self.last = rec["uuid"]
+
+    def snapshot(self) -> None:
+        self.records.append({"type": "file-history-snapshot", "messageId": f"snap-{self.n}",
+                             "snapshot": {"trackedFileBackups": {}, "timestamp": "2026-01-01T00:00:00Z"},
+                             "isSnapshotUpdate": False})
+
+    def compact(self) -> None:
+        rec = self._base("system", None)
+        rec.update({"logicalParentUuid": self.last, "subtype": "compact_boundary", "content": "Conversation compacted",
+                    "isMeta": False, "level": "info", "compactMetadata": {"trigger": "auto", "preTokens": 150000}})
+        self.records.append(rec)
+        self.last = rec["uuid"]
+        self.user(f"This session is being continued from a previous conversation. Summary: {self.turns} turns.",
+                  isCompactSummary=True, isVisibleInTranscriptOnly=True)
+
+    def turn(self) -> None:
+        """One round: a prompt, a streamed answer with a tool call, its result, and a closing answer; every
+        few rounds an image, a system record, a file snapshot, a subagent or a compaction."""
+        t = self.turns = self.turns + 1
+        self.snapshot()
+        if t % 5 == 0:
+            self.user([{"type": "text", "text": f"Look at this screenshot ({t})"},
+                       {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                    "data": "iVBORw0KGgo" + "A" * 400}}])
+        else:
+            self.user(f"Step {t}: please change parser{t}.py")
+        if t % 4 == 0:
+            tool = f"toolu_task_{t}"
+            self.assistant([{"type": "text", "text": "I'll ask a subagent."},
+                            {"type": "tool_use", "id": tool, "name": "Task",
+                             "input": {"description": "search", "prompt": f"Find uses of parse{t}"}}])
+            agent = f"agent{t:04d}"
+            first = self.user(f"Find uses of parse{t}", parent=None, sidechain=True, agent=agent, main=False)
+            grep = {"type": "tool_use", "id": f"toolu_s{t}", "name": "Grep", "input": {"pattern": "parse"}}
+            sid = self.assistant([grep],
+                                 parent=first, sidechain=True, agent=agent, main=False)
+            sres = self.user([{"type": "tool_result", "tool_use_id": f"toolu_s{t}", "content": "a.py:3"}],
+                             parent=sid, sidechain=True, agent=agent, main=False)
+            self.assistant([{"type": "text", "text": f"parse{t} is used in a.py"}], parent=sres, sidechain=True,
+                           agent=agent, main=False)
+            self.user([{"type": "tool_result", "tool_use_id": tool, "content": [{"type": "text", "text": "a.py"}]}])
+        else:
+            tool = f"toolu_{t}"
+            self.assistant([{"type": "thinking", "thinking": f"Think about step {t}", "signature": "sig"},
+                            {"type": "text", "text": f"Editing parser{t}.py."},
+                            {"type": "tool_use", "id": tool, "name": "Edit",
+                             "input": {"file_path": f"parser{t}.py", "old_string": "a", "new_string": "b"}}])
+            self.user([{"type": "tool_result", "tool_use_id": tool, "content": "ok"}])
+        if t % 7 == 0:
+            self.system(f"Hook ran after step {t}")
+        self.assistant([{"type": "text", "text": f"Done with step {t}."}])
+        if t % 25 == 0:
+            self.compact()
+
+    def lines(self, malformed: dict[int, str] | None = None) -> list[str]:
+        """The JSONL lines; `malformed` puts bad text in before the record at each index."""
+        out = []
+        for index, rec in enumerate(self.records):
+            if malformed and index in malformed:
+                out.append(malformed[index])
+            out.append(json.dumps(rec))
+        return out
+
+
+def claude_session(records: int = 2000) -> ClaudeSession:
+    """A `ClaudeSession` of about `records` records."""
+    session = ClaudeSession()
+    while len(session.records) < records:
+        session.turn()
+    return session

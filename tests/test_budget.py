@@ -92,3 +92,34 @@ def test_max_cost_stops_once_cost_reaches_usd_and_treats_missing_as_zero() -> No
     assert stop({"cost": 2.50}, None)
     assert not stop({}, None)
     assert not stop(SimpleNamespace(cost=None))
+
+
+def test_estimate_tokens_counts_numbers_as_javascript_prints_them() -> None:
+    """JSON.stringify writes [1,2,3,4] (9 characters: 3 tokens), not Python's [1.0, ...] (17: 5)."""
+    assert estimate_tokens([{"role": "user", "content": [1.0, 2.0, 3.0, 4.0]}]) == 3
+    # 1e-7 is "1e-7" in JavaScript: [1e-7,1e-7,1e-7,1e-7] is 21 characters, 6 tokens (not 7).
+    assert estimate_tokens([{"role": "user", "content": [1e-7] * 4}]) == 6
+    assert estimate_tokens([{"role": "user", "content": [{"a": 1, "b": True}]}]) == 5  # [{"a":1,"b":true}]
+
+
+def test_estimate_tokens_counts_utf16_code_units() -> None:
+    """A character outside the Basic Multilingual Plane is two UTF-16 code units, as JavaScript counts."""
+    assert estimate_tokens([{"role": "user", "content": "\U0001F600" * 3}]) == 2  # 6 units
+    assert estimate_tokens([{"role": "user", "content": [{"type": "text", "text": "é\U0001F600"}]}]) == 8
+
+
+def test_js_number_follows_number_to_string() -> None:
+    from ctxstore.history.budget import js_number
+
+    cases = {1.0: "1", 0.1: "0.1", 1e21: "1e+21", 1e-7: "1e-7", 1.5e-7: "1.5e-7", 0.000001: "0.000001",
+             1e16: "10000000000000000", -2.5: "-2.5", 123456789012345680000.0: "123456789012345680000",
+             float("nan"): "null", -0.0: "0"}
+    for value, text in cases.items():
+        assert js_number(value) == text
+
+
+def test_cost_of_sums_terms_as_the_reference_does() -> None:
+    """Each term is tokens / 1e6 * rate: 17.201077199999997, where one division at the end gives 17.2010772."""
+    usage = {"input_tokens": 799309, "output_tokens": 804424, "cache_read_input_tokens": 2209,
+             "cache_creation_input_tokens": 729634}
+    assert cost_of(usage, "claude-sonnet-4-6") == 17.201077199999997

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner, Result
-from conftest import ClaudeTranscript
+from conftest import ClaudeTranscript, claude_code_records
 
 from ctxstore import Repository, errors
 from ctxstore.cli import EXIT_CODES, cli
@@ -178,7 +178,7 @@ def test_branch_create_list_rename_delete(repo_dir: Path, runner: CliRunner) -> 
     assert run(runner, repo_dir, "branch", "old", "main").exit_code == 5
     assert ok(runner, repo_dir, "branch", "--force", "old", "main")["revision"] != first
     assert set(ok(runner, repo_dir, "branch")) == {"refs/heads/main", "refs/heads/old"}
-    assert ok(runner, repo_dir, "branch", "-m", "new", "old")["ref"] == "refs/heads/new"
+    assert ok(runner, repo_dir, "branch", "-m", "old", "new")["ref"] == "refs/heads/new"
     assert ok(runner, repo_dir, "branch", "-d", "new")["was"] is not None
     assert set(ok(runner, repo_dir, "refs")) == {"refs/heads/main"}
     assert run(runner, repo_dir, "branch", "-d", "new").exit_code == 3
@@ -274,8 +274,9 @@ def test_fsck_gc_stats(repo_dir: Path, runner: CliRunner) -> None:
     assert stats["objects"] == report["objects"] and stats["refs"] == 1 and stats["diskBytes"] > 0
     assert "savedBytes" in stats
     ok(runner, repo_dir, "branch", "-d", "main")
-    assert ok(runner, repo_dir, "gc", "--now")["deleted"] == 0  # the reflog still reaches everything
-    assert ok(runner, repo_dir, "gc")["deleted"] == 0
+    assert ok(runner, repo_dir, "gc")["deleted"] == 0  # within the grace the reflog still reaches everything
+    purged = ok(runner, repo_dir, "gc", "--now")  # a deleted ref's reflog counts only for the grace period
+    assert purged["deleted"] == report["objects"] and purged["reflogEntriesExpired"] == 3  # 2 moves, 1 delete
 
 
 def test_fsck_reports_damage_with_exit_6(repo_dir: Path, runner: CliRunner) -> None:
@@ -335,14 +336,22 @@ def test_import_with_format_claude_and_the_default_ref(repo_dir: Path, runner: C
     assert ok(runner, repo_dir, "render", out["ref"]) == ok(runner, repo_dir, "render", "cc/given")
 
 
-def test_reimporting_a_transcript_is_exit_4_until_forced(repo_dir: Path, runner: CliRunner,
-                                                         claude_transcript: ClaudeTranscript) -> None:
+def test_reimporting_a_transcript_changes_nothing_and_another_lineage_is_exit_4_until_forced(
+        repo_dir: Path, runner: CliRunner, claude_transcript: ClaudeTranscript) -> None:
     ok(runner, repo_dir, "import", str(claude_transcript.path), "--ref", "cc/s")
     before = ok(runner, repo_dir, "refs")
     again = run(runner, repo_dir, "import", str(claude_transcript.path), "--ref", "cc/s")
-    assert again.exit_code == 4 and "force" in again.stderr and again.stderr.count("\n") == 1
+    assert again.exit_code == 0 and "nothing new" in again.stderr
+    assert json.loads(again.stdout)["refs"] == {} and ok(runner, repo_dir, "refs") == before
+    other = claude_transcript.path.with_name("other.jsonl")
+    records = claude_code_records()
+    records[1]["message"]["content"] = "A different question"
+    other.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    refused = run(runner, repo_dir, "import", str(other), "--ref", "cc/s")
+    assert refused.exit_code == 4 and "force" in refused.stderr and refused.stderr.count("\n") == 1
     assert ok(runner, repo_dir, "refs") == before
-    ok(runner, repo_dir, "import", "--force", str(claude_transcript.path), "--ref", "cc/s")
+    ok(runner, repo_dir, "import", "--force", str(other), "--ref", "cc/s")
+    assert ok(runner, repo_dir, "render", "cc/s")[0] == {"role": "user", "content": "A different question"}
 
 
 def test_import_of_messages_needs_a_ref(repo_dir: Path, runner: CliRunner, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import httpx2
 import pytest
 from click.testing import CliRunner, Result
 
-import ctxstore.cli._agent as cli_agent
+import ctxstore.agents.anthropic as anthropic_adapter
 from ctxstore import Repository
 from ctxstore.agents.anthropic import anthropic_model
 from ctxstore.cli import cli
@@ -116,7 +116,7 @@ def test_chat_with_anthropic_sends_the_whole_recorded_conversation(
     invoke(repo_path, "chat", "main", "--offline", input="remember 42\n")
     mock = MockAnthropic(answer("You said 42."))
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
-    monkeypatch.setattr(cli_agent, "anthropic_model", mock)
+    monkeypatch.setattr(anthropic_adapter, "anthropic_model", mock)
     result = invoke(repo_path, "chat", "main", "--model", "claude-haiku-4-5", "--system", "be brief",
                     "--max-tokens", "50", input="what did I say?\n")
     assert result.exit_code == 0, result.stderr
@@ -133,7 +133,7 @@ def test_chat_reports_an_api_error_in_one_line_and_keeps_what_was_recorded(
     failing = httpx2.Response(529, json={"type": "error", "error": {"type": "overloaded_error",
                                                                       "message": "Overloaded"}})
     monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
-    monkeypatch.setattr(cli_agent, "anthropic_model", MockAnthropic(failing))
+    monkeypatch.setattr(anthropic_adapter, "anthropic_model", MockAnthropic(failing))
     result = invoke(repo_path, "chat", "main", input="hello\n")
     assert result.exit_code == 1
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("ctxstore: error:")]

@@ -62,8 +62,10 @@ def test_claude_code_transcript_imports_as_a_real_process(script: str, tmp_path:
     out = json.loads(ctxstore(tmp_path, "import", str(claude_transcript.path), "--ref", "cc/s").stdout)
     assert out["format"] == "claude" and out["ref"] == "refs/heads/cc/s"
     assert json.loads(ctxstore(tmp_path, "render", "cc/s").stdout) == claude_transcript.main_line
-    again = ctxstore(tmp_path, "import", str(claude_transcript.path), "--ref", "cc/s", check=False)
-    assert again.returncode == 4 and again.stderr.startswith("ctxstore: error:") and again.stderr.count("\n") == 1
+    refs = ctxstore(tmp_path, "refs").stdout
+    again = ctxstore(tmp_path, "import", str(claude_transcript.path), "--ref", "cc/s")
+    assert json.loads(again.stdout)["refs"] == {} and "nothing new" in again.stderr
+    assert ctxstore(tmp_path, "refs").stdout == refs
 
 
 def test_errors_are_one_line_on_stderr_with_documented_codes(script: str, tmp_path: Path) -> None:

@@ -317,3 +317,88 @@ def test_json_fields_spells_fields_in_camel_case_copies_containers_and_nests_rep
     assert data == {"ok": False, "newObjects": 3, "problems": ["p"], "inner": {"roundTrips": 1}, "savedBytes": 7}
     data["problems"].append("q")
     assert outer.problems == ["p"]  # a copy, not the report's own list
+
+
+# -- hostile input: decoding is linear, no tags, bounded (issue 12, defect 1) ----------------------------
+
+
+def _sharing_bomb(levels: int) -> bytes:
+    """CBOR whose value-sharing tags (28 shareable, 29 reference) make ~`levels`*6 bytes stand for a tree
+    of 2**levels leaves: each level is a shared array holding the level below twice."""
+    out = b"\xd8\x1c\x82\x00\x00"
+    for i in range(1, levels):
+        ref = b"\xd8\x1d" + (bytes([i - 1]) if i - 1 < 24 else bytes([0x18, i - 1]))
+        out = b"\xd8\x1c\x82" + out + ref
+    return out
+
+
+@pytest.mark.parametrize("levels", [20, 70, 200])
+def test_decode_refuses_value_sharing_bombs(levels: int) -> None:
+    """A few hundred bytes of sharing tags are refused (a tag, or too deep) before anything is expanded."""
+    with pytest.raises(EncodingError, match=r"CBOR tag 28 is not allowed|nesting depth"):
+        decode(_sharing_bomb(levels))
+
+
+@given(st.sampled_from(sorted(codec.SEMANTIC_TAGS | {6, 7, 42, 99999, 2**32, 2**64 - 1})),
+       st.sampled_from([0, b"x", "x", [1], {"a": 1}, None]))
+def test_decode_refuses_every_tag(tag: int, inner: Any) -> None:
+    """Objects hold no tags: any tag, interpreted by cbor2 or not, is an EncodingError naming it."""
+    import cbor2
+
+    with pytest.raises(EncodingError, match=f"CBOR tag {tag} is not allowed"):
+        decode(cbor2.dumps(cbor2.CBORTag(tag, inner)))
+
+
+@given(st.binary(min_size=1, max_size=400))
+@settings(max_examples=400)
+def test_decode_of_random_bytes_with_tag_and_indefinite_heads_is_refused_or_canonical(tail: bytes) -> None:
+    """Random bytes seeded with sharing tags, string refs and indefinite heads: refused or canonical."""
+    data = b"\xd8\x1c\x9f" + tail if tail[0] & 1 else b"\xd9\x01\x00\x82" + tail
+    with pytest.raises(EncodingError):
+        decode(data)
+    try:
+        value = decode(tail)
+    except EncodingError:
+        return
+    assert encode(value) == tail
+
+
+@pytest.mark.parametrize("data", [
+    b"\x9b" + (2**40).to_bytes(8, "big"),      # an array claiming 2**40 items, none present
+    b"\x5b" + (2**60).to_bytes(8, "big") + b"ab",  # a byte string far longer than the input
+    b"\xbb" + (2**40).to_bytes(8, "big") + b"\x60\x00",
+    b"\x9f\x01\x02\xff",                       # indefinite-length array
+    b"\x81" * (codec.MAX_DEPTH + 1) + b"\x00",  # one level deeper than the limit
+])
+def test_decode_refuses_lengths_past_the_input_indefinite_lengths_and_deep_nesting(data: bytes) -> None:
+    with pytest.raises(EncodingError):
+        decode(data)
+
+
+def test_decode_accepts_nesting_at_the_depth_limit() -> None:
+    value: Any = 0
+    for _ in range(codec.MAX_DEPTH):
+        value = [value]
+    assert decode(encode(value)) == value
+
+
+@pytest.mark.parametrize("value", ["\ud800", ["ok", {"k": "a\udfffb"}], {"key\ud83d": 1}])
+def test_encode_refuses_lone_surrogates_naming_where(value: Any) -> None:
+    """Text that is not Unicode scalar values has no UTF-8 form: an EncodingError, not UnicodeEncodeError."""
+    with pytest.raises(EncodingError, match="lone surrogate"):
+        encode(value)
+
+
+def test_encode_refuses_a_list_that_contains_itself() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(EncodingError, match="nested deeper"):
+        encode(loop)
+
+
+def test_encode_refuses_values_over_the_object_size_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one object size limit holds on write: nothing is encoded that decode would refuse."""
+    monkeypatch.setattr(codec, "MAX_OBJECT_SIZE", 1000)
+    encode("x" * 990)
+    with pytest.raises(EncodingError, match="over the 1000-byte object limit"):
+        encode("x" * 1000)

@@ -21,6 +21,11 @@ from ctxstore.store.memory import MemoryStore
 HISTORY_PACKAGE = Path(ctxstore.history.__file__).parent
 
 
+
+def oid_of(history: MessageHistory, entry_id: str) -> Any:
+    """The object id of the entry `entry_id` that `history`'s graph knows."""
+    return history.workspace.introductions(entry_id)[0][1]
+
 def _base() -> MessageHistory:
     first = MessageHistory().append({"id": "a", "message": {"role": "user", "content": "hi"}})
     second = first.append({"id": "b", "message": {"role": "assistant", "content": "hello"}})
@@ -155,7 +160,7 @@ def test_opening_a_store_at_an_entry_id_is_unknown_revision() -> None:
     store = MemoryStore()
     with store.transaction(write=True) as txn:
         txn.put_objects(history.workspace.pending())
-    entry_oid = history.workspace.index["a"].hex()
+    entry_oid = oid_of(history, "a").hex()
     with pytest.raises(UnknownRevision, match="is not in the store"):
         MessageHistory(source=store, head=entry_oid)
     assert MessageHistory(source=store, head=history.revision_id).render() == [{"role": "user", "content": "hi"}]

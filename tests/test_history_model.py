@@ -1,10 +1,12 @@
 """MessageHistory against a plain-list model: random appends, extends, patches, forks and views.
 
-The model is a list of entry ids (the active view) and a dict of the entries its graph knows. Explicit
-ids are fresh or re-append a known entry identically; ghost ids (in views and patch targets) are never
-created, so the model stays within the behaviours the repository's docs pin down: the operations,
-patches and views of docs/format.md (a view keeps unknown ids; a patch whose target is absent is
-skipped) and the `MessageHistory` calls of docs/api.md.
+The model is a list of entry ids (the active view) and a dict of the entries its graph knows: each
+history has its own graph (what it and its ancestors made), so an entry or revision made on a sibling
+branch is unknown to it. Explicit ids are fresh, re-append a known entry identically, or reuse an id
+only a sibling branch knows with other content (no conflict: it is not in this graph); ghost ids (in
+views and patch targets) are never created. The model follows docs/format.md and docs/api.md: a view
+keeps unknown ids; a patch whose target is absent is skipped and creates no entry; entry lists may be
+empty (`replace` with [] removes its target).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from ctxstore.errors import DuplicateEntryId, UnknownRevision
 from ctxstore.history.message_history import MessageHistory
 
 GHOSTS = ["ghost-1", "ghost-2"]
@@ -38,7 +42,7 @@ class Model:
     def render(self, ids: list[str] | None = None) -> list[dict[str, Any]]:
         return [self.known[i]["message"] for i in (self.view if ids is None else ids) if i in self.known]
 
-    def restore(self) -> list[dict[str, Any]]:
+    def restore(self, ids: list[str] | None = None) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
 
         def expand(ids: list[str], open_: set[str]) -> None:
@@ -51,7 +55,7 @@ class Model:
                 else:
                     out.append(record["message"])
 
-        expand(self.view, set())
+        expand(self.view if ids is None else ids, set())
         return out
 
 
@@ -66,6 +70,7 @@ class HistoryMachine(RuleBasedStateMachine):
         self.model.revisions.append((self.history.revision_id, []))
         # Earlier (history, model) pairs: bases for changes_since and targets of with_view.
         self.past: list[tuple[MessageHistory, Model]] = []
+        self.drawn: set[str] = set()
 
     # -- inputs ----------------------------------------------------------------------------------
     def _message(self, data: st.DataObject) -> dict[str, Any]:
@@ -79,7 +84,16 @@ class HistoryMachine(RuleBasedStateMachine):
     def _entry_input(self, data: st.DataObject) -> tuple[Any, str | None, dict[str, Any]]:
         """An entry input, its explicit id (None when generated), and its model record."""
         kinds = ["bare", "fresh", "again"] if self.model.known else ["bare", "fresh"]
+        foreign = self._sibling_ids()
+        if foreign:
+            kinds.append("sibling")
         how = data.draw(st.sampled_from(kinds))
+        if how == "sibling":
+            # An id another branch made, with other content: unknown here, so free to use.
+            entry_id = data.draw(st.sampled_from(foreign))
+            self.drawn.add(entry_id)  # once per operation: two in one would conflict with each other
+            message = self._message(data)
+            return {"id": entry_id, "message": message}, entry_id, {"message": message, "kind": "turn", "meta": None}
         if how == "again":
             entry_id = data.draw(st.sampled_from(list(self.model.known)))
             record = self.model.known[entry_id]
@@ -96,12 +110,17 @@ class HistoryMachine(RuleBasedStateMachine):
             value["meta"] = meta
         return value, entry_id, record
 
+    def _sibling_ids(self) -> list[str]:
+        """Entry ids that only other branches' graphs know."""
+        return sorted({i for _, model in self.past for i in model.known} - set(self.model.known) - self.drawn)
+
     def _target(self, data: st.DataObject) -> str:
         return data.draw(st.sampled_from([*self.model.view, *GHOSTS]))
 
     def _step(self, history: MessageHistory, model: Model) -> None:
         self.past.append((self.history, self.model))
         self.past = self.past[-8:]
+        self.drawn = set()
         self.history, self.model = history, model
         model.revisions.append((history.revision_id, list(model.view)))
 
@@ -135,12 +154,14 @@ class HistoryMachine(RuleBasedStateMachine):
         self._step(history, new)
 
     @staticmethod
-    def _made(inputs: list[tuple[Any, str | None, dict[str, Any]]], new: Model) -> list[str]:
-        """Registers the entries an edit made from `inputs` (explicit ids) in the model; their ids."""
+    def _made(inputs: list[tuple[Any, str | None, dict[str, Any]]], new: Model, applies: bool) -> list[str]:
+        """Registers the entries an edit made from `inputs` (explicit ids) in the model, when the patch
+        applies (a skipped one makes nothing); their ids."""
         out = []
         for _, explicit, record in inputs:
             assert explicit is not None
-            new.known[explicit] = record
+            if applies:
+                new.known[explicit] = record
             out.append(explicit)
         return out
 
@@ -167,10 +188,10 @@ class HistoryMachine(RuleBasedStateMachine):
     @rule(data=st.data(), op=st.sampled_from(["replace", "split", "insertBefore", "insertAfter"]))
     def swap_or_insert(self, data: st.DataObject, op: str) -> None:
         target = self._target(data)
-        inputs = self._explicit_inputs(data, 0 if op == "split" else 1)
+        inputs = self._explicit_inputs(data, 0)
         history = self.history.edit({"op": op, "id": target, "entries": [v for v, _, _ in inputs]})
         new = self.model.copy()
-        made = self._made(inputs, new)
+        made = self._made(inputs, new, target in new.view)
         if target in new.view:
             at = new.view.index(target)
             if op == "insertBefore":
@@ -236,7 +257,7 @@ class HistoryMachine(RuleBasedStateMachine):
             {"op": "remove", "id": second},
         ])
         new = self.model.copy()
-        made = self._made(inputs, new)
+        made = self._made(inputs, new, first in new.view)
         if first in new.view:
             at = new.view.index(first)
             new.view[at + 1:at + 1] = made
@@ -288,10 +309,18 @@ class HistoryMachine(RuleBasedStateMachine):
 
     @invariant()
     def reads_of_ids_and_revisions(self) -> None:
-        ids = [*list(self.model.known)[-5:], *GHOSTS, *self.model.view[:3]]
+        ids = [*list(self.model.known)[-5:], *GHOSTS, *self.model.view[:3], *self._sibling_ids()[-3:]]
         assert self.history.render(ids) == self.model.render(ids)
+        assert [e.id for e in self.history.refs(ids)] == [i for i in ids if i in self.model.known]
+        assert self.history.restore(ids) == self.model.restore(ids)
         for revision, view in self.model.revisions[-3:]:
             assert self.history.render(revision) == self.model.render(view)
+        mine = {r for r, _ in self.model.revisions}
+        for revision in {r for _, model in self.past for r, _ in model.revisions} - mine:
+            # A sibling's (or a later history's) revision is not in this graph.
+            assert self.history.render(revision) == []
+            with pytest.raises(UnknownRevision):
+                self.history.with_view(revision)
 
     @invariant()
     def snapshot_round_trip(self) -> None:
@@ -309,17 +338,29 @@ class HistoryMachine(RuleBasedStateMachine):
 
     @invariant()
     def changes_since_reproduces_the_head(self) -> None:
-        for base_history, _ in self.past[-3:]:
+        mine = {r for r, _ in self.model.revisions}
+        for base_history, base_model in self.past[-3:]:
+            if base_history.revision_id not in mine:
+                # A base this graph does not hold (a sibling's, or a later history's) is unknown here.
+                with pytest.raises(UnknownRevision):
+                    self.history.changes_since(base_history.revision_id)
+                continue
             delta = json.loads(json.dumps(self.history.changes_since(base_history.revision_id)))
             assert delta["base"] == base_history.revision_id
             assert delta["head"] == self.history.revision_id
             at_base = MessageHistory.from_snapshot(json.loads(json.dumps(base_history.to_snapshot())))
-            caught_up = at_base.apply_changes(delta)
+            try:
+                caught_up = at_base.apply_changes(delta)
+            except DuplicateEntryId:
+                # The base's graph (which may know a branch this one never saw) holds an id that
+                # names other content here: one graph cannot hold both.
+                assert any(record != self.model.known.get(i, record) for i, record in base_model.known.items())
+                continue
             assert caught_up.revision_id == self.history.revision_id
             assert caught_up.render() == self.history.render()
             assert caught_up.restore() == self.history.restore()
         whole = json.loads(json.dumps(self.history.changes_since()))
-        assert whole["base"] is None
+        assert "base" not in whole
         assert [r["id"] for r in whole["revisions"]] == list(self.history.lineage())
         rebuilt = MessageHistory.from_snapshot({**whole, "revisions": list(reversed(whole["revisions"]))})
         assert rebuilt.revision_id == self.history.revision_id

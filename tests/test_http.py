@@ -15,7 +15,7 @@ import httpx2
 import pytest
 
 from ctxstore import Repository, sync
-from ctxstore.errors import AuthError, NonFastForward, RemoteError
+from ctxstore.errors import AuthError, NonFastForward, NotARepository
 from ctxstore.ids import from_hex
 from ctxstore.pack.plan import plan_pack
 
@@ -167,7 +167,7 @@ def test_anonymous_read_flag_opens_fetch_but_never_push(tmp_path):
         with pytest.raises(AuthError):
             sync.push(clone, "origin", ["main"])
         clone.close()
-        with pytest.raises(RemoteError):
+        with pytest.raises(NotARepository):  # a 404 from a hub: no repository at that URL (exit 3)
             sync.clone(server.url + "/not-here", tmp_path / "missing")
     finally:
         server.stop()

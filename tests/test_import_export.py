@@ -160,7 +160,7 @@ def test_claude_code_transcript_becomes_refs_forks_and_summaries(repo: Repositor
     path.write_text("\n".join(json.dumps(r) for r in TRANSCRIPT) + "\n")
     assert detect_format(path.read_text()) == "claude"
     result = import_file(repo, path)
-    assert set(result.refs) == {"refs/heads/claude/sess-1", "refs/heads/claude/sess-1/sidechain-s2",
+    assert set(result.refs) == {"refs/heads/claude/sess-1", "refs/heads/claude/sess-1/sidechain-s1",
                                 "refs/heads/claude/sess-1/fork-r1"}
     main = repo.history("claude/sess-1")
     entries = main.refs()
@@ -173,8 +173,9 @@ def test_claude_code_transcript_becomes_refs_forks_and_summaries(repo: Repositor
     assert [m["role"] for m in restored] == ["user", "assistant", "user", "assistant", "user", "assistant"]
     # The two records of one assistant message are one entry again.
     assert [b["type"] for b in restored[1]["content"]] == ["text", "tool_use"]
-    side = repo.history("claude/sess-1/sidechain-s2").render()
-    assert side[-2:] == [msg("Subagent task"), {"role": "assistant", "content": [
+    # A subagent's sidechain is a conversation of its own, valid for the Messages API.
+    side = repo.history("claude/sess-1/sidechain-s1").render()
+    assert side == [msg("Subagent task"), {"role": "assistant", "content": [
         {"type": "text", "text": "Subagent done"}]}]
     fork = repo.history("claude/sess-1/fork-r1").render()
     assert fork == [msg("List the files"), {"role": "assistant", "content": [
@@ -182,14 +183,24 @@ def test_claude_code_transcript_becomes_refs_forks_and_summaries(repo: Repositor
     assert repo.fsck().ok
 
 
-def test_reimporting_a_transcript_needs_force(repo: Repository) -> None:
+def test_reimporting_a_transcript_changes_nothing(repo: Repository) -> None:
+    first = import_claude_code(repo, TRANSCRIPT, "cc")
+    before, reflog = repo.refs(), repo.reflog("cc")
+    again = import_claude_code(repo, TRANSCRIPT, "cc")
+    assert again.refs == {} and sorted(again.unchanged) == sorted(first.refs)
+    assert again.revision == first.revision and repo.refs() == before and repo.reflog("cc") == reflog
+
+
+def test_a_transcript_that_does_not_continue_the_ref_needs_force(repo: Repository) -> None:
     import_claude_code(repo, TRANSCRIPT, "cc")
     before = repo.refs()
+    other = [_rec("x1", None, "user", "Something else"),
+             _rec("x2", "x1", "assistant", [{"type": "text", "text": "ok"}])]
     with pytest.raises(NonFastForward):
-        import_claude_code(repo, TRANSCRIPT, "cc")
+        import_claude_code(repo, other, "cc")
     assert repo.refs() == before
-    import_claude_code(repo, TRANSCRIPT, "cc", force=True)
-    assert [e.id for e in repo.history("cc").refs()] == ["c1", "u9", "a9"]
+    import_claude_code(repo, other, "cc", force=True)
+    assert [e.id for e in repo.history("cc").refs()] == ["x1", "x2"]
 
 
 def test_a_compaction_without_summary_record_becomes_a_summary_entry(repo: Repository) -> None:
@@ -256,6 +267,7 @@ def test_import_result_says_what_the_import_did(repo: Repository) -> None:
     result = import_file(repo, io.StringIO('[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]'),
                          "main")
     assert result.to_dict() == {"format": "json", "ref": "refs/heads/main", "revision": repo.head("main"),
+                                "unchanged": [], "skipped": [],
                                 "size": 2, "entries": 2, "refs": {"refs/heads/main": repo.head("main")}}
 
 
@@ -286,9 +298,9 @@ def _bad_utf8(tmp_path: Path) -> Path:
     (lambda p: io.StringIO('{"entries": [], "revisions": [], "head": "nowhere"}'), None, "snapshot"),
     (lambda p: io.StringIO('[1]'), "snapshot", "snapshot"),
     (lambda p: io.StringIO('{"uuid": "u1", "type": "user", "message": "hi"}\n'), None, "no user or assistant"),
-    (lambda p: io.StringIO('{"uuid": "u1"}\n[1]\n{"uuid": "u2"}\n'), "claude", "record 2 is not a JSON object"),
+    (lambda p: io.StringIO('{"uuid": "u1"}\n[1]\n{"uuid": "u2"}\n'), "claude", "no user or assistant"),
     (lambda p: io.StringIO('{"uuid": "u1", "type": "user", "message": {"role": "user", "content": NaN}}\n'),
-     "claude", "record u1"),
+     "claude", "no user or assistant"),
 ])
 def test_bad_input_is_invalid_input_naming_the_problem(repo: Repository, tmp_path: Path, source: Any,
                                                        fmt: str | None, problem: str) -> None:
@@ -302,8 +314,9 @@ def test_records_that_are_not_json_data_are_invalid_input(repo: Repository) -> N
     record = _rec("u1", None, "user", [{"type": "text", "text": "hi", "extra": {1, 2}}])
     with pytest.raises(InvalidInput, match="u1"):
         import_claude_code(repo, [record], "cc")
-    with pytest.raises(InvalidInput, match="transcript record 1"):
-        import_claude_code(repo, ["not a record"], "cc")
+    with pytest.raises(InvalidInput, match="1 malformed line"):
+        import_claude_code(repo, ["not a record", *TRANSCRIPT], "cc", strict=True)
+    assert repo.refs() == {}
 
 
 def test_parse_claude_code_gives_the_step_tree() -> None:

@@ -333,12 +333,25 @@ def test_gc_deletes_only_old_unreachable_objects() -> None:
     repo.store.put_many([(object_id(young), young)])
     clock.now += 1000
     report = repo.gc(grace=60)
-    assert report.deleted == 3 and report.kept_young == 1 and report.bytes > 0
+    assert report.kept_young == 1 and report.bytes > 0
     assert all(not repo.store.has(object_id(d)) for d in old)
     assert repo.store.has(object_id(young))
-    # What the deleted ref's reflog reaches survives, and so does everything main reaches.
-    assert repo.history(gone.revision_id).render() == [msg("only in a deleted ref")]
+    # The deleted ref's reflog records are older than the grace: dropped, and what only they reached is
+    # deleted too (its revision and entry, at least); everything main reaches survives.
+    assert report.reflog_entries_expired == 2 and report.deleted >= 3 + 2
+    assert not repo.store.has(from_hex(gone.revision_id))
+    assert repo.history("main").render() == [msg("kept")]
     assert repo.fsck().ok
+
+
+def test_gc_keeps_what_a_deleted_refs_young_reflog_reaches(repo: Repository) -> None:
+    """Within the grace period a deleted ref's reflog still protects its conversation."""
+    gone = repo.history("gone").append(msg("only in a deleted ref"))
+    repo.commit("gone", gone)
+    repo.delete_ref("gone")
+    report = repo.gc(grace=3600)
+    assert report.deleted == 0 and report.reflog_entries_expired == 0
+    assert repo.history(gone.revision_id).render() == [msg("only in a deleted ref")]
 
 
 def test_gc_with_grace_keeps_young_unreachable_objects(repo: Repository) -> None:

@@ -138,3 +138,62 @@ def test_writers_killed_at_random_moments_never_damage_the_repository(tmp_path: 
     with Repository.open(path) as repo:
         report = repo.fsck()
         assert report.ok, report.problems[:5]
+
+
+def _bounded_appender(path: str, tag: str, count: int, retries: int, errors: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    with Repository.open(path, durable=False) as repo:
+        for i in range(count):
+            try:
+                repo.append("main", [{"role": "user", "content": f"{tag}:{i}"}], retries=retries)
+            except NonFastForward as exc:
+                errors.put(f"{tag}:{i}: {exc}")
+                return
+    errors.put(None)
+
+
+def test_contended_appends_each_need_a_bounded_number_of_rebases(tmp_path: Path) -> None:
+    """Writers that lose a race queue for their turn: with 8 processes appending at once, no append needs
+    more than 16 rebases (it needed over 100 before the queue), and every message lands exactly once."""
+    path = tmp_path / "repo"
+    Repository.init(path, durable=False).close()
+    errors = _ctx.Queue()
+    procs = [_ctx.Process(target=_bounded_appender, args=(str(path), f"w{n}", 60, 16, errors))
+             for n in range(PROCESSES)]
+    for p in procs:
+        p.start()
+    outcomes = [errors.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert outcomes == [None] * PROCESSES
+    with Repository.open(path) as repo:
+        contents = sorted(m["content"] for m in repo.history("main").render())
+    assert contents == sorted(f"w{n}:{i}" for n in range(PROCESSES) for i in range(60))
+
+
+def _churn_and_gc(path: str, rounds: int) -> None:
+    """Make conversations, delete them, and gc with no grace, over and over: objects keep vanishing."""
+    with Repository.open(path, durable=False) as repo:
+        for n in range(rounds):
+            repo.append(f"tmp/{n}", [{"role": "user", "content": f"churn {n} " + "x" * 200}])
+            repo.delete_ref(f"tmp/{n}")
+            repo.gc(grace=0)
+
+
+def test_fsck_beside_gc_reports_no_damage(tmp_path: Path) -> None:
+    """fsck run while another process deletes unreachable objects never reports what gc removed."""
+    path = tmp_path / "repo"
+    with Repository.init(path, durable=False) as repo:
+        for n in range(20):
+            repo.append("main", [{"role": "user", "content": f"kept {n}"}])
+    gc_proc = _ctx.Process(target=_churn_and_gc, args=(str(path), 150))
+    gc_proc.start()
+    reports = []
+    try:
+        with Repository.open(path, durable=False) as repo:
+            while gc_proc.is_alive() or not reports:
+                reports.append(repo.fsck())
+    finally:
+        gc_proc.join(timeout=120)
+    assert gc_proc.exitcode == 0
+    assert [p for r in reports for p in r.problems] == []
+    assert len(reports) >= 2

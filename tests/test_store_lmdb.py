@@ -14,7 +14,7 @@ import pytest
 from ctxstore import ids
 from ctxstore.errors import NotARepository, StoreError
 from ctxstore.format import codec
-from ctxstore.store.lmdb import LmdbStore
+from ctxstore.store.lmdb import AUTO_DICT_OBJECTS, LmdbStore
 
 
 def chat(i: int, salt: str = "") -> tuple[ids.ObjectId, bytes]:
@@ -269,7 +269,7 @@ def test_stale_reader_slots_of_dead_processes_are_cleared_on_open(tmp_path: Path
 
 def test_a_trained_dictionary_shrinks_small_messages_and_everything_round_trips(tmp_path: Path) -> None:
     path = str(tmp_path / "s")
-    with LmdbStore(path, durable=False) as store:
+    with LmdbStore(path, durable=False, auto_dictionary=False) as store:
         old = [chat(i, "alpha") for i in range(1500)]
         store.put_many(old)
         assert store.dictionary_id() == 0
@@ -295,6 +295,19 @@ def test_a_trained_dictionary_shrinks_small_messages_and_everything_round_trips(
     got = out.get(timeout=60)
     child.join(timeout=60)
     assert got == [data for _, data in new[:50]]
+
+
+def test_a_growing_store_trains_its_dictionary_and_recompresses_what_it_holds(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path / "s", durable=False) as store:
+        small = [chat(i, "gamma") for i in range(AUTO_DICT_OBJECTS - 1)]
+        store.put_many(small)
+        assert store.dictionary_id() == 0
+        before = sum(store.stored_size(oid) for oid, _ in small)
+        store.put_many([chat(AUTO_DICT_OBJECTS, "gamma")])
+        assert store.dictionary_id() == 1
+        assert sum(store.stored_size(oid) for oid, _ in small) < 0.8 * before
+        for oid, data in small:
+            assert store.get(oid) == data
 
 
 def test_training_on_too_few_objects_keeps_no_dictionary(tmp_path: Path) -> None:

@@ -152,7 +152,7 @@ def test_seed_signal_history_strategy_publishes_as_the_agent_runs() -> None:
     history.subscribe(lambda h: sizes.append(h.size))
     bot = Agent(OfflineModel(), history=strategy)
     run(bot.generate("hello"))
-    assert sizes == [0, 1, 2]  # now, after the user message, after the answer (reads change nothing)
+    assert sizes == [1, 2]  # after the user message, after the answer (not at once; reads change nothing)
     assert history.value is strategy.history
 
 
@@ -357,13 +357,13 @@ def test_signal_subscribe_unsubscribe_and_assignment_publishes() -> None:
     assert seen[-1] is replacement and history.value is replacement and strategy.inner.history is replacement
     unsubscribe()
     strategy.history = MessageHistory()
-    assert len(seen) == 2
+    assert len(seen) == 1
     counter = Signal(1)
     counter.value = 1  # same object: no notification
     calls: list[int] = []
     counter.subscribe(calls.append)
     counter.value = 2
-    assert calls == [1, 2]
+    assert calls == [2]
 
 
 def test_signal_publishes_after_a_compacting_read() -> None:
@@ -374,7 +374,7 @@ def test_signal_publishes_after_a_compacting_read() -> None:
     seen: list[MessageHistory] = []
     signal.subscribe(seen.append)
     run(strategy.on_read(READ))
-    assert len(seen) == 2 and seen[-1] is inner.history and seen[-1].refs()[0].kind == "summary"
+    assert len(seen) == 1 and seen[-1] is inner.history and seen[-1].refs()[0].kind == "summary"
 
 
 def test_api_messages_merges_same_role_neighbours_with_tool_results_first() -> None:
@@ -448,3 +448,35 @@ def test_api_messages_refuses_what_is_not_a_message_list() -> None:
 def test_signal_history_strategy_refuses_what_is_not_a_strategy() -> None:
     with pytest.raises(InvalidInput):
         signal_history_strategy(object())
+
+
+def test_signal_subscribe_does_not_call_back_at_once() -> None:
+    """As in the reference: a subscriber hears of changes only, not of the value it subscribed to."""
+    signal = Signal("a")
+    calls: list[str] = []
+    signal.subscribe(calls.append)
+    assert calls == []
+    signal.value = "b"
+    assert calls == ["b"]
+
+
+def test_signal_subscriber_may_take_the_previous_value() -> None:
+    """A two-argument subscriber is called with (value, previous); a one-argument one with value."""
+    signal = Signal(1)
+    pairs: list[tuple[int, int]] = []
+    singles: list[int] = []
+    signal.subscribe(lambda value, previous: pairs.append((value, previous)))
+    signal.subscribe(lambda value: singles.append(value))
+    signal.value = 2
+    signal.value = 3
+    assert pairs == [(2, 1), (3, 2)] and singles == [2, 3]
+
+
+def test_summarizing_with_keep_recent_larger_than_the_view_summarizes_nothing() -> None:
+    """keep_recent above the view's length keeps everything (the kept part is max(0, len - keep) on)."""
+    history = history_of(user("q " * 40), assistant("a"), user("q2"), assistant("a2"))
+    strategy = summarizing_history_strategy(model=OfflineModel(), trigger_tokens=1, keep_recent=5,
+                                            history=history)
+    result = run(strategy.on_read(READ))
+    assert strategy.history is history and result.messages == history.render()
+    assert [e.kind for e in strategy.history.refs()] == ["turn"] * 4

@@ -358,3 +358,82 @@ def test_a_malformed_remote_url_is_invalid_input_not_a_bare_value_error(url):
             conn.advertise()
         finally:
             conn.close()
+
+
+# -- git's habits: progress, pull_all, push --delete, local remote paths ------------------------------------
+
+def test_fetch_progress_reports_the_packs_object_count_and_bytes(hub: Repository, mine: Repository) -> None:
+    hub.append("main", [{"role": "user", "content": f"message {n} " + "x" * 300} for n in range(400)])
+    seen: list[tuple[str, int, int]] = []
+    result = sync.fetch(mine, "origin", progress=lambda stage, objects, size: seen.append((stage, objects, size)))
+    declared = seen[-1][1]
+    assert seen[-1] == ("received", declared, result.bytes)
+    assert 400 < declared <= result.objects  # the pack's count (the receiver rebuilds some objects more)
+    moving = [s for s in seen if s[0] == "receiving"]
+    assert moving and all(objects == declared for _, objects, _ in moving)  # the total, known up front
+    sizes = [size for _, _, size in moving]
+    assert sizes == sorted(sizes) and sizes[-1] <= result.bytes
+
+
+def test_push_progress_reports_the_packs_object_count(hub: Repository, mine: Repository) -> None:
+    mine.append("main", [{"role": "user", "content": "pushed"}])
+    seen: list[tuple[str, int, int]] = []
+    result = sync.push(mine, "origin", ["main"], progress=lambda *call: seen.append(call))
+    assert seen[-1][0] == "sent" and seen[-1][2] == result.bytes and 0 < seen[-1][1] <= result.objects
+
+
+def test_pull_all_brings_every_tracked_head_and_reports_a_diverged_one(hub: Repository,
+                                                                       mine: Repository) -> None:
+    hub.append("main", [{"role": "user", "content": "theirs"}])
+    hub.append("side", [{"role": "user", "content": "theirs on side"}])
+    mine.append("main", [{"role": "user", "content": "ours"}])
+    mine.set_ref("untracked", mine.resolve("side"))
+    results = sync.client.pull_all(mine, "origin")
+    assert {r.ref: r.how for r in results} == {"refs/heads/main": "diverged", "refs/heads/side": "fast-forward"}
+    diverged = results[0]
+    assert diverged.new == hub.head("main") and diverged.old == mine.head("main")
+    assert _msgs(mine)[-1] == "ours" and _msgs(mine, "side")[-1] == "theirs on side"
+    assert _msgs(mine, "untracked") == ["side"]
+    rebased = sync.client.pull_all(mine, "origin", rebase=True)
+    assert {r.ref: r.how for r in rebased} == {"refs/heads/main": "rebase", "refs/heads/side": "up-to-date"}
+    assert _msgs(mine) == ["hello", "theirs", "ours"]
+
+
+def test_push_delete_is_a_compare_and_swap_on_the_remote(hub: Repository, mine: Repository) -> None:
+    result = sync.push(mine, "origin", ["side"], delete=True)
+    assert result.updated == {"refs/heads/side": None}
+    assert hub.head("side") is None and mine.head("refs/remotes/origin/side") is None
+    assert mine.head("side") is not None
+    with pytest.raises(UnknownRef, match="no ref refs/heads/side to delete"):
+        sync.push(mine, "origin", ["side"], delete=True)
+    with pytest.raises(InvalidInput, match="name the remote refs"):
+        sync.push(mine, "origin", [], delete=True)
+
+
+def test_a_relative_remote_path_is_recorded_absolute(hub: Repository, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    assert hub.path is not None
+    monkeypatch.chdir(hub.path.parent)
+    repo = sync.clone("hub", tmp_path / "rel" / ".ctxstore")
+    try:
+        assert repo.remotes()["origin"] == str(hub.path)
+        monkeypatch.chdir(tmp_path / "rel")  # somewhere the relative path means nothing
+        hub.append("main", [{"role": "user", "content": "later"}])
+        sync.pull(repo, "origin", "main")
+        assert _msgs(repo)[-1] == "later"
+        repo.remote_add("plain", "some/where")
+        assert repo.remotes()["plain"] == str(tmp_path / "rel" / "some" / "where")
+    finally:
+        repo.close()
+
+
+def test_remote_url_finds_a_working_directorys_repository(tmp_path: Path) -> None:
+    Repository.init(tmp_path / "work" / ".ctxstore").close()
+    Repository.init(tmp_path / "bare").close()
+    assert sync.client.remote_url(str(tmp_path / "work")) == str(tmp_path / "work" / ".ctxstore")
+    assert sync.client.remote_url("bare", base=tmp_path) == str(tmp_path / "bare")
+    assert sync.client.remote_url("../work/", base=tmp_path / "bare") == str(tmp_path / "work" / ".ctxstore")
+    for url in ("http://hub:8765/team/conv", "ssh://host/srv/conv", "file:///srv/conv"):
+        assert sync.client.remote_url(url) == url
+    with pytest.raises(InvalidInput):
+        sync.client.remote_url("")

@@ -23,6 +23,10 @@ def test_tour_runs_every_step_and_keeps_the_repository(tmp_path: Path,
         assert f"== {number}. {step.title} ==" in text
     assert set(skipped) <= {s.title for s in STEPS if "Sync" in s.title}
     assert "$ ctxstore log --graph" in text and "|/" in text
+    assert "$ ctxstore ls --pretty" in text and "experiment" in text.split("$ ctxstore ls --pretty")[1]
+    grep_out = text.split("$ ctxstore grep")[1].split("$ ctxstore")[0]
+    assert "[text]" in grep_out and "memory" in grep_out.lower()
+    assert "── user" in text and "── assistant" in text  # the readable render's role headers
     assert "tool_use" in text and "[Conversation summary]" in text
     with Repository.open(tmp_path / "t" / ".ctxstore") as repo:
         assert {"refs/heads/main", "refs/heads/experiment", "refs/heads/agent"} <= set(repo.refs())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
 
@@ -33,14 +34,15 @@ class AbortSignal(Protocol):
 class Signal(Generic[T]):
     """A retained value with subscribers, in the manner of a Preact signal.
 
-    `subscribe(callback)` calls `callback(value)` at once with the current value and again after each
-    change; it returns a function that unsubscribes. Setting the value to the very object it already
-    holds notifies nobody, so a read that left the history unchanged is not reported as a change.
+    `subscribe(callback)` calls `callback(value)`, or `callback(value, previous)` when it takes two
+    arguments, after each change (not at once, as in the reference); it returns a function that
+    unsubscribes. Setting the value to the very object it already holds notifies nobody, so a read that
+    left the history unchanged is not reported as a change.
     """
 
     def __init__(self, value: T) -> None:
         self._value = value
-        self._subscribers: list[Callable[[T], Any]] = []
+        self._subscribers: list[tuple[Callable[..., Any], bool]] = []
 
     @property
     def value(self) -> T:
@@ -51,28 +53,51 @@ class Signal(Generic[T]):
     def value(self, value: T) -> None:
         if value is self._value:
             return
-        self._value = value
+        previous, self._value = self._value, value
         # Iterate over a copy: a callback may unsubscribe itself (or others) while being notified.
-        for callback in list(self._subscribers):
-            callback(value)
+        for callback, with_previous in list(self._subscribers):
+            if with_previous:
+                callback(value, previous)
+            else:
+                callback(value)
 
     def peek(self) -> T:
         """The current value (kept for parity with signal libraries that track reads)."""
         return self._value
 
-    def subscribe(self, callback: Callable[[T], Any]) -> Callable[[], None]:
-        """Call `callback` with the current value now and after every change; returns unsubscribe."""
-        self._subscribers.append(callback)
-        callback(self._value)
+    def subscribe(self, callback: Callable[..., Any]) -> Callable[[], None]:
+        """Call `callback(value)` or `callback(value, previous)` after every change; returns unsubscribe."""
+        if not callable(callback):
+            raise InvalidInput(f"a subscriber must be callable, not {type(callback).__name__}")
+        subscriber = (callback, _takes_two(callback))
+        self._subscribers.append(subscriber)
 
         def unsubscribe() -> None:
             with contextlib.suppress(ValueError):
-                self._subscribers.remove(callback)
+                self._subscribers.remove(subscriber)
 
         return unsubscribe
 
     def __repr__(self) -> str:
         return f"Signal({self._value!r})"
+
+
+def _takes_two(callback: Callable[..., Any]) -> bool:
+    """Whether `callback` can be called with (value, previous)."""
+    try:
+        inspect.signature(callback).bind(None, None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins): call it with the value only
+        return False
+    try:
+        inspect.signature(callback).bind(None)
+    except TypeError:
+        return True
+    # Both work (a default or *args): pass `previous` only to an explicit second positional parameter.
+    params = [p for p in inspect.signature(callback).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(params) >= 2
 
 
 async def _wait_for(signal: AbortSignal) -> None:

@@ -299,7 +299,8 @@ class SummarizingHistoryStrategy(_SummarizingBase):
         if history.estimate_tokens() < self.trigger_tokens:
             return self._read()
         refs = history.refs()
-        older = refs[: len(refs) - self.keep_recent] if self.keep_recent else refs
+        # The kept part is the last `keep_recent` entries, all of a view shorter than that.
+        older = refs[: max(0, len(refs) - self.keep_recent)]
         # Cut after the last assistant message with no tool_use: nothing after it can be a tool_result
         # answering a tool_use inside the span, so no pair is split.
         cut = next(

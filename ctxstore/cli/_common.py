@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import sys
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO, cast
 
 import click
 
@@ -44,6 +46,7 @@ __all__ = [
     "EXIT_USAGE",
     "Context",
     "Failure",
+    "ProgressLine",
     "current_context",
     "emit",
     "exit_code_for",
@@ -158,6 +161,93 @@ def stderr_is_terminal() -> bool:
         return False
 
 
+class ProgressLine:
+    """A one-line progress display on stderr, redrawn in place: done of total, percent and rate.
+
+    Shown only when stderr is a terminal (and not --quiet), redrawn at most ten times a second, and
+    ended with a newline by `close`. `update(done, total)` counts in `unit` (objects, refs, entries);
+    `bytes_update(count, size)` is for streams of bytes (a pack, an export): how many `unit` they hold
+    and the bytes moved so far, with the rate in bytes.
+    """
+
+    def __init__(self, what: str, unit: str, *, enabled: bool | None = None) -> None:
+        self.what = what
+        self.unit = unit
+        self.enabled = stderr_is_terminal() if enabled is None else enabled
+        self._start = time.monotonic()
+        self._drawn = 0.0
+        self._text = ""
+
+    def update(self, done: int, total: int | None = None) -> None:
+        """`done` of `total` `unit` so far (total None: not known)."""
+        if not self._due(done == total):
+            return
+        rate = done / max(time.monotonic() - self._start, 1e-3)
+        of = f"/{total:,}" if total else ""
+        percent = f" ({100 * done // total}%)" if total else ""
+        self._draw(f"{self.what}: {done:,}{of} {self.unit}{percent}, {rate:,.0f} {self.unit}/s")
+
+    def bytes_update(self, objects: int, size: int, *, final: bool = False) -> None:
+        """A stream moving: `objects` `unit` in it (0: not known yet), `size` bytes so far."""
+        if not self._due(final):
+            return
+        rate = size / max(time.monotonic() - self._start, 1e-3)
+        count = f"{objects:,} {self.unit}, " if objects else ""
+        self._draw(f"{self.what}: {count}{_size(size)}, {_size(rate)}/s")
+
+    def close(self) -> None:
+        """End the line (if anything was drawn)."""
+        if self._text:
+            click.echo("", err=True)
+            self._text = ""
+
+    def _due(self, final: bool) -> bool:
+        if not self.enabled:
+            return False
+        now = time.monotonic()
+        if not final and now - self._drawn < 0.1:
+            return False
+        self._drawn = now
+        return True
+
+    def _draw(self, text: str) -> None:
+        pad = " " * max(0, len(self._text) - len(text))
+        click.echo(f"\r{text}{pad}", err=True, nl=False)
+        self._text = text
+
+
+class _CountedOutput(io.TextIOBase):
+    """A text stream that passes writes to another and shows how much went through on a `ProgressLine`."""
+
+    def __init__(self, inner: TextIO, line: ProgressLine, entries: int) -> None:
+        super().__init__()
+        self._inner = inner
+        self._line = line
+        self._entries = entries
+        self.written = 0
+
+    def write(self, text: str) -> int:
+        self._inner.write(text)
+        self.written += len(text.encode("utf-8", "surrogatepass"))
+        self._line.bytes_update(self._entries, self.written)
+        return len(text)
+
+    def flush(self) -> None:
+        self._inner.flush()
+        self._line.bytes_update(self._entries, self.written, final=True)
+
+    def writable(self) -> bool:
+        return True
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
 def say(message: str) -> None:
     """A message for people: stderr, so stdout stays machine-readable."""
     click.echo(message, err=True)
@@ -216,6 +306,34 @@ class Context:
         """A message for people (stderr), unless --quiet."""
         if not self.quiet:
             say(message)
+
+    @contextmanager
+    def progress(self, what: str, unit: str) -> Iterator[Callable[[int, int], None] | None]:
+        """A ``progress(done, total)`` callback drawing a `ProgressLine` on stderr for the block, or None
+        when nobody watches (stderr not a terminal, or --quiet): pass it to the library call."""
+        line = ProgressLine(what, unit, enabled=False if self.quiet else None)
+        if not line.enabled:
+            yield None
+            return
+        try:
+            yield line.update
+        finally:
+            line.close()
+
+    @contextmanager
+    def progress_output(self, what: str, output: TextIO, entries: int) -> Iterator[TextIO]:
+        """`output`, counted as it is written: a `ProgressLine` shows the bytes written and their rate
+        (with `entries`, how many the export holds) while the block runs, when someone watches."""
+        line = ProgressLine(what, "entries", enabled=False if self.quiet else None)
+        if not line.enabled:
+            yield output
+            return
+        counted = _CountedOutput(output, line, entries)
+        try:
+            yield cast(TextIO, counted)  # a text stream in all but typeshed's name
+        finally:
+            line.bytes_update(entries, counted.written, final=True)
+            line.close()
 
     def location(self) -> Path:
         """The repository directory this invocation works on (not opened)."""

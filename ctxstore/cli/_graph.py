@@ -5,11 +5,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from ..report import json_fields
 
-__all__ = ["LogRevision", "collect", "draw", "operation_summary"]
+__all__ = ["LogRevision", "collect", "draw", "iso_date", "operation_summary"]
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,12 @@ class LogRevision:
     refs: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**json_fields(self), "operation": operation_summary(self.operation)}
+        return {**json_fields(self), "date": iso_date(self.created_at), "operation": operation_summary(self.operation)}
+
+
+def iso_date(ms: int) -> str:
+    """A time in ms since the epoch as ISO 8601 in UTC, to the second: ``2026-01-01T09:30:00Z``."""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def operation_summary(op: Mapping[str, Any] | None) -> str:
@@ -83,7 +89,8 @@ def collect(heads: Mapping[str, str], load: Callable[[str], LogRevision],
 
 def _label(rev: LogRevision, short: int) -> str:
     refs = f" ({', '.join(rev.refs)})" if rev.refs else ""
-    return f"{rev.id[:short]}{refs} {operation_summary(rev.operation)} [{rev.size}]"
+    when = datetime.fromtimestamp(rev.created_at / 1000, UTC).strftime("%Y-%m-%d %H:%M")
+    return f"{rev.id[:short]} {when}{refs} {operation_summary(rev.operation)} [{rev.size}]"
 
 
 def draw(revisions: Sequence[LogRevision], *, graph: bool = True, short: int = 12) -> Iterable[str]:

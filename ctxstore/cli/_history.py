@@ -11,12 +11,16 @@ import click
 
 from ..errors import UnknownRevision
 from ..format.objects import Entry, Revision, parse_object
+from ..history.entry import MessageHistoryEntry
 from ..ids import from_hex
+from ..interop.browse import title_of
 from ..interop.formats import parse_messages
+from ..interop.messages import check_messages
 from ..repo.repository import Repository
 from ._common import EXIT_NOT_FOUND, EXIT_USAGE, Context, emit, fail, reporting
-from ._graph import collect, draw
-from ._resolve import existing_history, load_revision, match_ref, object_ids_with_prefix
+from ._graph import LogRevision, collect, draw, operation_summary
+from ._pretty import stdout_is_terminal, want_pretty
+from ._resolve import existing_history, load_revision, match_ref, object_ids_with_prefix, resolve_revision
 
 __all__ = ["append", "diff", "log", "render", "show"]
 
@@ -35,7 +39,9 @@ def append(state: Context, ref: str, text: tuple[str, ...], role: str, entry_id:
 
     The message is TEXT (words joined by spaces) with --role. Without TEXT, JSON is read from stdin: a
     message {"role", "content"}, an entry {"id"?, "message", "meta"?}, a list of those (one revision),
-    or JSON Lines. When another writer moved REF meanwhile, the append is rebased onto it and retried.
+    or JSON Lines. Messages are checked as the Messages API would: roles user and assistant, known
+    content block types, each tool_result answering a tool_use of the assistant message before it.
+    When another writer moved REF meanwhile, the append is rebased onto it and retried.
     Prints {ref, revision, entryIds, size}.
     """
     if text:
@@ -54,10 +60,18 @@ def append(state: Context, ref: str, text: tuple[str, ...], role: str, entry_id:
         entries = [_entry_form(entries[0], entry_id, meta)]
     repo = state.repo()
     with reporting():
+        check_messages(entries, before=_tail_for(repo, ref, entries))
         moved = repo.append(ref, entries, message="append (cli)")
         added = load_revision(repo, moved.new)
     op = added.operation or {}
     emit({"ref": moved.ref, "revision": moved.new, "entryIds": list(op.get("entryIds", [])), "size": added.size})
+
+
+def _tail_for(repo: Repository, ref: str, entries: list[Any]) -> list[dict[str, Any]]:
+    """The view's messages that tool results among `entries` may answer (read only when there are some)."""
+    if "tool_result" not in json.dumps(entries, default=str) or repo.head(ref) is None:
+        return []
+    return repo.history(ref).render()
 
 
 def _entry_form(message: Mapping[str, Any], entry_id: str | None, meta: str | None) -> dict[str, Any]:
@@ -81,18 +95,23 @@ def _entry_form(message: Mapping[str, Any], entry_id: str | None, meta: str | No
 @click.option("--graph", is_flag=True, help="Draw the revisions with the forks between refs (text).")
 @click.option("--oneline", is_flag=True, help="One text line per revision instead of JSON.")
 @click.option("-n", "--max-count", type=click.IntRange(min=1), help="Show at most this many revisions.")
+@click.option("-p", "--patch", "patch", is_flag=True,
+              help="With each revision, the messages it added (text with --graph/--oneline or on a terminal; "
+                   "JSON: an 'added' list of entries).")
 @click.pass_obj
-def log(state: Context, specs: tuple[str, ...], graph: bool, oneline: bool, max_count: int | None) -> None:
+def log(state: Context, specs: tuple[str, ...], graph: bool, oneline: bool, max_count: int | None,
+        patch: bool) -> None:
     """List revisions newest first, from the given refs or revisions (default: every head).
 
-    JSON by default: a list of {id, parent, createdAt, operation, size, refs}. --graph draws how the
-    refs forked from one another; --oneline prints one line per revision.
+    JSON by default: a list of {id, parent, createdAt, date, operation, size, refs}; createdAt (ms) and
+    date (UTC) say when the revision was made, which for an imported transcript is when the conversation
+    happened. --graph draws how the refs forked from one another; --oneline prints one line per revision.
     """
     repo = state.repo()
     with reporting():
         all_refs = repo.refs()
         if specs:
-            heads = {spec: repo.resolve(spec) for spec in specs}
+            heads = {spec: resolve_revision(repo, spec) for spec in specs}
         else:
             heads = {name: rev for name, rev in all_refs.items() if name.startswith("refs/heads/")}
         wanted = set(heads.values())
@@ -100,11 +119,34 @@ def log(state: Context, specs: tuple[str, ...], graph: bool, oneline: bool, max_
         labels = {_short_name(n): r for n, r in all_refs.items() if r in wanted}
         labels.update({_short_name(match_ref(repo, s) or s): r for s, r in heads.items()})
         revisions = collect(labels, lambda rid: load_revision(repo, rid), max_count)
+        if patch and (graph or oneline or stdout_is_terminal()):
+            from ._pretty import console, print_entries
+
+            out = console()
+            for rev, line in zip(revisions, draw(revisions, graph=graph), strict=True):
+                out.print(line, highlight=False, markup=False, soft_wrap=True)
+                print_entries(added_entries(repo, rev), out=out)
+            return
+        if patch:
+            emit([{**r.to_dict(), "added": [e.to_dict() for e in added_entries(repo, r)]} for r in revisions])
+            return
     if graph or oneline:
         for line in draw(revisions, graph=graph):
             click.echo(line)
     else:
         emit([r.to_dict() for r in revisions])
+
+
+def added_entries(repo: Repository, rev: LogRevision) -> list[MessageHistoryEntry]:
+    """The entries a revision brought into its view (an append's entries; for any other operation, what
+    its view holds that its parent's did not)."""
+    op = rev.operation or {}
+    history = repo.history(rev.id)
+    if op.get("type") == "append":
+        return history.refs(list(op.get("entryIds", [])))
+    if rev.parent is None:
+        return history.refs()
+    return history.refs(list(repo.diff(rev.parent, rev.id).added))
 
 
 def _short_name(name: str) -> str:
@@ -117,17 +159,27 @@ def _short_name(name: str) -> str:
 @click.command()
 @click.argument("spec", metavar="REVISION|ENTRY|OBJECT")
 @click.option("--ref", "in_ref", metavar="REF", help="Look the entry id up in this ref only.")
+@click.option("--json", "as_json", is_flag=True, help="JSON even on a terminal.")
+@click.option("--pretty", is_flag=True, help="Readable text even when stdout is not a terminal.")
 @click.pass_obj
-def show(state: Context, spec: str, in_ref: str | None) -> None:
-    """Show a revision (ref name, id, prefix or REF~N), an entry (entry id) or any object (id), as JSON."""
+def show(state: Context, spec: str, in_ref: str | None, as_json: bool, pretty: bool) -> None:
+    """Show a revision (ref name, id, prefix or REF~N) with the messages it added, an entry (entry id) or
+    any object (id).
+
+    On a terminal: the revision's date, operation and refs, then its messages as `render` draws them.
+    Otherwise JSON: {type, id, parent, createdAt, operation, size, refs, entryIds, added}.
+    """
     repo = state.repo()
+    readable = want_pretty(as_json, pretty)
     with reporting():
         if in_ref is None:
             try:
-                emit(_revision_view(repo, repo.resolve(spec)))
-                return
+                rid = resolve_revision(repo, spec)
             except UnknownRevision:
-                pass
+                rid = None
+            if rid is not None:
+                _show_revision(repo, rid, readable)
+                return
             found = object_ids_with_prefix(repo, spec) if _looks_hex(spec) else []
             if len(found) > 1:
                 fail(f"object prefix {spec} is ambiguous ({len(found)} objects); give more digits",
@@ -139,7 +191,33 @@ def show(state: Context, spec: str, in_ref: str | None) -> None:
     if entry is None:
         fail(f"no revision, entry or object named {spec!r}; list revisions with `ctxstore log` "
              "and entries with `ctxstore render --entries REF`", EXIT_NOT_FOUND)
-    emit(entry)
+    ref, found_entry = entry
+    if readable:
+        from ._pretty import print_entries
+
+        print_entries([found_entry], title=f"entry {found_entry.id} in {ref}")
+    else:
+        emit({"type": "entry", "ref": ref, **found_entry.to_dict()})
+
+
+def _show_revision(repo: Repository, rid: str, readable: bool) -> None:
+    view = _revision_view(repo, rid)
+    rev = load_revision(repo, rid)
+    added = added_entries(repo, rev)
+    if not readable:
+        emit({**view, "added": [e.to_dict() for e in added]})
+        return
+    from ._pretty import console, fmt_time, print_entries
+
+    out = console()
+    refs = f" ({', '.join(view['refs'])})" if view["refs"] else ""
+    out.print(f"revision {rid}{refs}", style="bold yellow", highlight=False, markup=False)
+    out.print(f"Date:      {fmt_time(rev.created_at)} UTC", highlight=False, markup=False)
+    out.print(f"Operation: {operation_summary(rev.operation)}", highlight=False, markup=False)
+    out.print(f"Parent:    {rev.parent or '(root)'}", highlight=False, markup=False)
+    out.print(f"View:      {rev.size} entries; this revision added {len(added)}", highlight=False, markup=False)
+    out.print()
+    print_entries(added, out=out)
 
 
 def _looks_hex(spec: str) -> bool:
@@ -164,11 +242,11 @@ def _object_view(repo: Repository, hex_id: str) -> dict[str, Any]:
     return {"oid": hex_id, **value}
 
 
-def _find_entry(repo: Repository, entry_id: str, in_ref: str | None) -> dict[str, Any] | None:
+def _find_entry(repo: Repository, entry_id: str, in_ref: str | None) -> tuple[str, MessageHistoryEntry] | None:
     names = [repo.ref_name(in_ref)] if in_ref is not None else list(repo.refs())
     for name in names:
         for entry in repo.history(name).refs([entry_id]):
-            return {"type": "entry", "ref": name, **entry.to_dict()}
+            return name, entry
     return None
 
 
@@ -176,13 +254,29 @@ def _find_entry(repo: Repository, entry_id: str, in_ref: str | None) -> dict[str
 @click.argument("spec", metavar="REF|REVISION")
 @click.option("--restore", is_flag=True, help="Expand summaries back into the messages they replaced.")
 @click.option("--entries", is_flag=True, help="Print entries {id, kind, message, meta?, sources?} instead.")
+@click.option("--json", "as_json", is_flag=True, help="JSON even on a terminal.")
+@click.option("--pretty", is_flag=True, help="Readable text even when stdout is not a terminal.")
 @click.pass_obj
-def render(state: Context, spec: str, restore: bool, entries: bool) -> None:
-    """Print the view of REF (or a revision) as a JSON list of messages, ready to send to a model."""
+def render(state: Context, spec: str, restore: bool, entries: bool, as_json: bool, pretty: bool) -> None:
+    """Print the view of REF (or a revision): readable on a terminal, else a JSON list of messages ready
+    to send to a model.
+
+    The readable form heads each message with its role and time, wraps text, folds each tool call and
+    tool result to one line with the tool's name, shows images and long blocks as placeholders with
+    their size, and marks a summary with how many entries it stands for.
+    """
     repo = state.repo()
     with reporting():
         history = existing_history(repo, spec)
-        if entries:
+        if want_pretty(as_json, pretty):
+            from ._pretty import print_entries
+
+            view = history.refs()
+            shown = [MessageHistoryEntry(id="", message=m) for m in history.restore()] if restore else view
+            title = title_of(view, history.refs)
+            print_entries(shown, title=f"{spec}" + (f" — {title}" if title else "") + f" ({len(shown)} messages)",
+                          show_ids=not restore)
+        elif entries:
             emit([e.to_dict() for e in history.refs()])
         elif restore:
             emit(history.restore())

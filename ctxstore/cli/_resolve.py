@@ -1,15 +1,20 @@
-"""Turning what people type (ref names, revision ids and prefixes, `REF~N`) into revisions and histories."""
+"""Turning what people type into revisions and histories: every command's REF or REVISION goes through here.
+
+The syntax is git's (`ctxstore.repo.revspec`): a ref name, a revision id or unique prefix, then
+``@{N}`` (the Nth reflog entry) and ``~N`` / ``^`` (parents back), as in ``main~2`` or ``main@{1}^``.
+`resolve_revision` gives the revision id, `existing_history` the conversation there.
+"""
 
 from __future__ import annotations
 
 from ..errors import InvalidRefName
 from ..history.message_history import MessageHistory
-from ..ids import from_hex, to_hex
+from ..ids import HexId, from_hex, to_hex
 from ..refs import ref_candidates
 from ..repo.repository import Repository
 from ._graph import LogRevision
 
-__all__ = ["existing_history", "load_revision", "match_ref", "object_ids_with_prefix"]
+__all__ = ["existing_history", "load_revision", "match_ref", "object_ids_with_prefix", "resolve_revision"]
 
 
 def match_ref(repo: Repository, name: str) -> str | None:
@@ -39,7 +44,11 @@ def load_revision(repo: Repository, revision_id: str) -> LogRevision:
     return LogRevision(rev.id, rev.parent, rev.created_at, rev.operation, rev.size)
 
 
+def resolve_revision(repo: Repository, spec: str) -> HexId:
+    """The revision id a spec names (``main``, ``3f2a``, ``main~2``, ``main@{1}``); unknown: exit 3."""
+    return repo.resolve(spec)
+
+
 def existing_history(repo: Repository, spec: str) -> MessageHistory:
-    """The history at an existing ref or revision; an unknown name is an error, not an empty history."""
-    repo.resolve(spec)  # raises UnknownRevision (exit 3) for a name that is neither
-    return repo.history(spec)
+    """The history at a revision spec; an unknown name is an error (exit 3), not an empty history."""
+    return MessageHistory(source=repo.store, head=resolve_revision(repo, spec))

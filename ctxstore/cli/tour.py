@@ -171,6 +171,16 @@ def _forks(t: TourContext) -> None:
     t.run("log", "--graph", "main", "experiment")
 
 
+def _browse(t: TourContext) -> None:
+    t.say("ls lists the conversations (a table on a terminal, JSON in a pipe; --pretty asks for the table):")
+    t.run("ls", "--pretty", "--sort", "updated")
+    t.say("grep searches message text, tool names and metadata across every conversation:")
+    t.run("grep", "--pretty", "-i", "memory")
+    t.say("render on a terminal is a transcript a person reads: role, time, wrapped text, folded tool calls")
+    t.say("(in a pipe it stays the JSON list a model takes; --pretty and --json choose):")
+    t.run("render", "--pretty", "experiment", shown=16)
+
+
 def _stats(t: TourContext) -> None:
     t.say("stats: objects, bytes stored and on disk, and bytes saved against writing every ref's view")
     t.say("out on its own. (A conversation this small is mostly revision and tree objects; sharing pays")
@@ -300,6 +310,7 @@ STEPS: list[Step] = [
     Step("Snapshots", _snapshot),
     Step("A repository: record a conversation", _repository),
     Step("Forks, diff and log --graph", _forks),
+    Step("Finding and reading conversations: ls, grep, a readable render", _browse),
     Step("Stats and fsck", _stats),
     Step("An offline agent run with a tool call", _agent),
     Step("Compaction and restore", _compaction),

@@ -12,36 +12,56 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import cbor2
 import zstandard
 
-from ..errors import EncodingError
+from ..errors import EncodingError, InvalidInput
 
 __all__ = [
     "MAX_DEPTH",
     "MAX_OBJECT_SIZE",
+    "MAX_TIME_MS",
+    "SEMANTIC_TAGS",
+    "bounded_loads",
+    "check_time_ms",
     "compress",
+    "compressor",
     "decode",
     "decompress",
+    "decompressor",
     "encode",
     "now_ms",
+    "refused_tag",
 ]
 
 MAX_DEPTH = 200
 """Deepest nesting of arrays and maps a value may have."""
 MAX_OBJECT_SIZE = 64 * 1024 * 1024
-"""Largest canonical object, in bytes, that is decoded or decompressed."""
+"""Largest canonical value, in bytes, that is encoded, decoded or decompressed: the one object size limit
+of writes, reads, packs and fsck (docs/format.md, "Limits")."""
 
 _INT_MIN = -(2**64)
 _INT_MAX = 2**64 - 1
 
 
+MAX_TIME_MS = 2**48 - 1
+"""Latest time, in ms since the epoch, that entry ids, revisions, reflogs and write stamps hold (year 10889)."""
+
+
+def check_time_ms(ms: object, what: str = "the clock") -> int:
+    """`ms` if it is a time ctxstore can record (a whole number from 0 to `MAX_TIME_MS`), else `InvalidInput`."""
+    if type(ms) is not int or not 0 <= ms <= MAX_TIME_MS:
+        raise InvalidInput(f"{what} reads {ms!r} ms since the epoch; times are whole milliseconds from 0 to "
+                           f"{MAX_TIME_MS} (before 1970 or after the year 10889 is refused): check the clock")
+    return ms
+
+
 def now_ms() -> int:
     """Milliseconds since the epoch: the clock of revisions, reflogs and object write times."""
-    return time.time_ns() // 1_000_000
+    return check_time_ms(time.time_ns() // 1_000_000, "the system clock")
 
 
 def _check(value: Any, depth: int, path: str) -> None:
@@ -109,32 +129,114 @@ def _fits(value: Any, depth: int) -> bool:
 
 
 def encode(value: Any) -> bytes:
-    """The canonical CBOR bytes of a value (None, bool, int, float, str, bytes, list, dict)."""
+    """The canonical CBOR bytes of a value (None, bool, int, float, str, bytes, list, dict).
+
+    Refuses, with an `EncodingError` naming where, what has no canonical form: other types, integers
+    outside 64 bits, NaN and infinities, text that is not Unicode scalar values (lone surrogates), nesting
+    deeper than `MAX_DEPTH` (a list that contains itself among them) and results over `MAX_OBJECT_SIZE`.
+    """
     try:
         ok = _fits(value, 0)
     except RecursionError:
         ok = False
     if not ok:
         _check(value, 0, "")  # raises, naming where the value goes wrong
-    return cbor2.dumps(value, canonical=True)
+    try:
+        data = cbor2.dumps(value, canonical=True)
+    except UnicodeEncodeError:
+        _check_text(value, 0, "")  # raises, naming the text
+        raise
+    if len(data) > MAX_OBJECT_SIZE:
+        raise EncodingError(f"value encodes to {len(data)} bytes, over the {MAX_OBJECT_SIZE}-byte object "
+                            "limit; split large content into several blocks (each block is its own blob)")
+    return data
 
 
-def _reject_tag(*args: Any) -> Any:
-    tag = next(a for a in args if hasattr(a, "tag"))  # cbor2 5 passes (decoder, tag); 6 passes (tag, ...)
-    raise EncodingError(f"CBOR tag {tag.tag} is not allowed")
+def _check_text(value: Any, depth: int, path: str) -> None:
+    """Raise for the first text (or map key) that UTF-8 cannot encode: a lone surrogate such as U+D800."""
+    def bad(text: str, where: str) -> None:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise EncodingError(f"text at {where or '/'} holds the lone surrogate U+{ord(text[exc.start]):04X} "
+                                f"at character {exc.start}; text must be valid Unicode") from None
+
+    t = type(value)
+    if t is str:
+        bad(value, path)
+    elif t is list:
+        for i, item in enumerate(value):
+            _check_text(item, depth + 1, f"{path}/{i}")
+    elif t is dict:
+        for key, item in value.items():
+            bad(key, f"{path}/{key.encode('utf-8', 'backslashreplace').decode()}")
+            _check_text(item, depth + 1, f"{path}/{key}")
+
+
+# Tags cbor2 decodes into Python values itself. Value sharing (28, 29) and string references (25, 256) make a
+# few hundred bytes stand for an exponentially large value, so no decoder here lets cbor2 interpret any of
+# them: each is refused when its head is read, before its content is decoded.
+SEMANTIC_TAGS = frozenset({0, 1, 2, 3, 4, 5, 25, 28, 29, 30, 35, 36, 37, 52, 54, 100, 256, 258, 260, 261, 1004,
+                           43000, 55799})
+
+
+class _RefusedTag(Exception):
+    def __init__(self, tag: int) -> None:
+        super().__init__(tag)
+        self.tag = tag
+
+
+def _refuser(tag: int) -> Callable[[Any], Any]:
+    def refuse(*_args: Any) -> Any:
+        raise _RefusedTag(tag)
+    return refuse
+
+
+_REFUSE_SEMANTIC: dict[int, Callable[[Any], Any]] = {tag: _refuser(tag) for tag in SEMANTIC_TAGS}
+
+
+def _refuse_tag(*args: Any) -> Any:
+    tag = next(a for a in args if isinstance(a, cbor2.CBORTag))
+    raise _RefusedTag(tag.tag)
+
+
+def refused_tag(exc: BaseException) -> int | None:
+    """The tag number a `bounded_loads` refused, if that is why it raised."""
+    while exc is not None:
+        if isinstance(exc, _RefusedTag):
+            return exc.tag
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return None
+
+
+def bounded_loads(data: bytes, *, max_depth: int, keep_tags: bool = False) -> Any:
+    """cbor2's decoder restricted to what is linear in the input: no indefinite lengths, nesting at most
+    `max_depth`, and no tag that cbor2 would interpret (sharing, string references, bignums, dates...).
+
+    Other tags raise too, unless `keep_tags`: then they come back as `cbor2.CBORTag` for the caller to
+    judge (the pack records' tags 6 and 7). cbor2 never allocates ahead of the input for a declared
+    length, so memory is linear as well. Raises what cbor2 raises; `refused_tag` tells a refused tag.
+    """
+    return cbor2.loads(data, max_depth=max_depth, allow_indefinite=False, semantic_decoders=_REFUSE_SEMANTIC,
+                       tag_hook=None if keep_tags else _refuse_tag)
 
 
 def decode(data: bytes) -> Any:
-    """Decode canonical CBOR, rejecting anything that would not re-encode to the same bytes."""
+    """Decode canonical CBOR, rejecting anything that would not re-encode to the same bytes.
+
+    Time and memory are linear in `len(data)`: no tag is accepted at all (refused when its head is read),
+    nor indefinite lengths, and nesting is bounded by `MAX_DEPTH`.
+    """
     if len(data) > MAX_OBJECT_SIZE:
         raise EncodingError(f"object of {len(data)} bytes is over the {MAX_OBJECT_SIZE}-byte limit")
     try:
-        value = cbor2.loads(data, tag_hook=_reject_tag)
-    except EncodingError:
-        raise
+        value = bounded_loads(data, max_depth=MAX_DEPTH + 1)
     except RecursionError:
         raise EncodingError(f"CBOR nested too deeply (limit {MAX_DEPTH})") from None
     except Exception as exc:  # cbor2 raises CBORDecodeError, ValueError, TypeError, ...
+        tag = refused_tag(exc)
+        if tag is not None:
+            raise EncodingError(f"CBOR tag {tag} is not allowed; objects hold no tags") from None
         raise EncodingError(f"not valid CBOR: {exc}") from None
     try:
         again = encode(value)
@@ -199,6 +301,21 @@ def compress(data: bytes, *, level: int = 3, dictionary: zstandard.ZstdCompressi
     return framed
 
 
+def compressor(*, level: int = 3, dictionary: zstandard.ZstdCompressionDict | None = None,
+               dict_id: int = 0) -> Callable[[bytes], bytes]:
+    """`compress` with its settings fixed and its compressor looked up once, for framing many values."""
+    packer = _compressor(dictionary, level).compress
+    head = bytes([ZSTD_DICT]) + dict_id.to_bytes(4, "big") if dictionary is not None else bytes([ZSTD])
+    raw = bytes([RAW])
+    overhead = len(head) - 1
+
+    def frame(data: bytes) -> bytes:
+        packed = packer(data)
+        return raw + data if len(packed) + overhead >= len(data) else head + packed
+
+    return frame
+
+
 def decompress(value: bytes, *, dictionaries: Mapping[int, zstandard.ZstdCompressionDict] | None = None,
                max_size: int = MAX_OBJECT_SIZE) -> bytes:
     """Undo `compress`, refusing output larger than `max_size` before producing it."""
@@ -218,6 +335,41 @@ def decompress(value: bytes, *, dictionaries: Mapping[int, zstandard.ZstdCompres
             raise EncodingError(f"stored value needs compression dictionary {dict_id}, which is not loaded")
         return _unzstd(value[5:], dictionary, max_size)
     raise EncodingError(f"unknown codec byte 0x{codec:02x} in stored value")
+
+
+def decompressor(dictionaries: Mapping[int, zstandard.ZstdCompressionDict]) -> Callable[[bytes], bytes]:
+    """`decompress` with `dictionaries` fixed and the common case (a frame that declares its size, as
+    `compress` writes) taken without a call per step, for reading many values."""
+    contexts: dict[int, zstandard.ZstdDecompressor] = {}
+    plain = _decompressor(None)
+    content_size = zstandard.frame_content_size
+
+    def unpack(value: bytes) -> bytes:
+        codec = value[0] if value else -1
+        if codec == ZSTD_DICT:
+            dict_id = int.from_bytes(value[1:5], "big")
+            dctx = contexts.get(dict_id)
+            if dctx is None:
+                dictionary = dictionaries.get(dict_id)
+                if dictionary is None:
+                    raise EncodingError(f"stored value needs compression dictionary {dict_id}, which is not loaded")
+                dctx = contexts[dict_id] = _decompressor(dictionary)
+            frame = value[5:]
+        elif codec == ZSTD:
+            dctx, frame = plain, value[1:]
+        else:
+            return decompress(value, dictionaries=dictionaries)
+        try:
+            declared = content_size(frame)
+            if 0 <= declared <= MAX_OBJECT_SIZE:
+                out = dctx.decompress(frame, max_output_size=MAX_OBJECT_SIZE)
+                if len(out) == declared:
+                    return out
+        except zstandard.ZstdError:
+            pass
+        return _unzstd(frame, dictionaries.get(dict_id) if codec == ZSTD_DICT else None, MAX_OBJECT_SIZE)
+
+    return unpack
 
 
 def _unzstd(frame: bytes, dictionary: zstandard.ZstdCompressionDict | None, max_size: int) -> bytes:

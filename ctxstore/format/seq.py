@@ -38,8 +38,10 @@ __all__ = [
     "encode_node",
     "SpineBytes",
     "encode_revision",
+    "spine_bytes",
     "Spine",
     "count",
+    "items_batched",
     "iter_items",
     "leaf_hash",
     "node_fault",
@@ -180,12 +182,100 @@ def encode_revision(rev: Revision, base: SpineBytes | None = None) -> tuple[byte
             return None
         levels.append((items, encoded))
         parts += (_array_head(len(items)), encoded)
+    fields = _append_fields(rev)
+    if fields is not None:
+        return b"".join([fields, *parts]), levels
     value = rev.to_value()
     value[SPINE_KEY] = _SPINE_MARK
     head, mark, tail = encode(value).partition(_SPINE_MARK_BYTES)
     if not mark or _SPINE_MARK_BYTES in tail:
         return None
     return b"".join([head, *parts, tail]), levels
+
+
+def _head_size(n: int) -> int:
+    """Bytes of the shortest CBOR head for `n` (0 <= n < 2**64)."""
+    return 1 if n < 24 else 2 if n < 0x100 else 3 if n < 0x10000 else 5 if n < 0x100000000 else 9
+
+
+def spine_bytes(rev: Revision, data: bytes) -> SpineBytes | None:
+    """The encoded levels of a revision's spine cut out of its canonical bytes `data` (which `rev` was
+    parsed from), for `encode_revision` to reuse when the revision gets a child; None if the spine is not
+    of the usual shape or `data` does not end with its canonical encoding.
+
+    Each item of the usual shape has one canonical length, and any other encoding of it is longer, so
+    bytes whose spine has exactly the lengths computed here hold the canonical encoding at those places.
+    """
+    spine = rev.seq
+    if type(spine) is not list or not 0 < len(spine) < 24:
+        return None
+    sizes: list[int] = []
+    for level, items in enumerate(spine):
+        if type(items) is not list:
+            return None
+        n = _head_size(len(items))
+        try:
+            if level == 0:
+                for first, second in items:
+                    if type(first) is not str or not (second is None or (type(second) is bytes and len(second) == 32)):
+                        return None
+                    k = len(first) if first.isascii() else len(first.encode())
+                    n += (2 if k < 24 else 1 + _head_size(k)) + k + (1 if second is None else 34)
+            else:
+                for oid, c in items:
+                    if type(oid) is not bytes or len(oid) != 32 or type(c) is not int or not 0 <= c < 2**64:
+                        return None
+                    n += 36 if c < 24 else 37 if c < 0x100 else 35 + _head_size(c)
+        except (TypeError, ValueError, UnicodeEncodeError):
+            return None  # an item that is not a pair, or a lone surrogate
+        sizes.append(n)
+    outer = _array_head(len(spine))
+    at = len(data) - sum(sizes) - len(outer)
+    if at < 10 or data[at - 10:at] != b"\x69treeSpine" or data[at:at + len(outer)] != outer:
+        return None
+    at += len(outer)
+    levels: SpineBytes = []
+    for items, size in zip(spine, sizes, strict=True):
+        head = _array_head(len(items))
+        if data[at:at + len(head)] != head:
+            return None
+        levels.append((items, data[at + len(head):at + size]))
+        at += size
+    return levels
+
+
+_APPEND_OP = b"\x69operation\xa3\x64type\x66append\x67entries"
+
+
+def _append_fields(rev: Revision) -> bytes | None:
+    """The canonical bytes of an append revision's fields up to its spine (`treeSpine` sorts last), or
+    None if the revision is not of that shape: every append writes one, and the general encoder's checks
+    and key sorting cost as much as its spine."""
+    parent, created, op, size = rev.parent, rev.created_at, rev.operation, rev.size
+    if (type(parent) is not bytes or len(parent) != 32 or type(created) is not int or type(size) is not int
+            or not 0 <= created < 2**64 or not 0 <= size < 2**64 or type(op) is not dict or len(op) != 3
+            or op.get("type") != "append"):
+        return None
+    ids, oids = op.get("entryIds"), op.get("entries")
+    if type(ids) is not list or type(oids) is not list:
+        return None
+    parts = [b"\xa6\x64size", _head(0, size), b"\x64type\x68revision\x66parent\x58\x20", parent,
+             b"\x69createdAt", _head(0, created), _APPEND_OP, _array_head(len(oids))]
+    for oid in oids:
+        if type(oid) is not bytes or len(oid) != 32:
+            return None
+        parts += (_OID_HEAD, oid)
+    parts += (b"\x68entryIds", _array_head(len(ids)))
+    for entry_id in ids:
+        if type(entry_id) is not str:
+            return None
+        try:
+            text = entry_id.encode()
+        except UnicodeEncodeError:
+            return None  # a lone surrogate: the general encoder says what is wrong
+        parts += (_head(3, len(text)), text)
+    parts.append(b"\x69treeSpine")
+    return b"".join(parts)
 
 
 def _level_bytes(items: list[Item], level: int, old: tuple[list[Item], bytes] | None) -> bytes | None:
@@ -554,6 +644,35 @@ def iter_items(spine: Spine, get: GetNode) -> Iterator[tuple[str, ObjectId | Non
     for oid, _ in subtrees(spine):
         yield from _node_items(oid, get)
     yield from ((entry_id, oid) for entry_id, oid in spine[0])
+
+
+def items_batched(spine: Spine,
+                  get_many: Callable[[list[ObjectId]], list[SeqNode]]) -> list[tuple[str, ObjectId | None]]:
+    """`iter_items` as a list, reading the stored nodes a level at a time (one `get_many` per level, not
+    one read per node): what reading a whole view needs."""
+    # Nodes still to read are [oid, level] lists, items already read are (entry id, oid) tuples.
+    parts: list[Any] = [[oid, level] for oid, level in subtrees(spine)]
+    while True:
+        refs = [part[0] for part in parts if type(part) is list]
+        if not refs:
+            break
+        nodes = iter(get_many(refs))
+        out: list[Any] = []
+        for part in parts:
+            if type(part) is not list:
+                out.append(part)
+                continue
+            node = next(nodes)
+            if node.level != part[1]:
+                raise InvalidObject(f"seq node {part[0].hex()} is at level {node.level}, where its parent "
+                                    f"puts a node of level {part[1]}")
+            if node.level == 0:
+                out.extend([(entry_id, oid) for entry_id, oid in node.items])
+            else:
+                out.extend([[ObjectId(child), node.level - 1] for child, _ in node.items])
+        parts = out
+    parts.extend([(entry_id, oid) for entry_id, oid in spine[0]])
+    return parts
 
 
 def _node_items(oid: ObjectId, get: GetNode) -> Iterator[tuple[str, ObjectId | None]]:

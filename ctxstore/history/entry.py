@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ..ids import ObjectId
+from ..errors import InvalidObject
+from ..format.objects import Entry
+from ..ids import ObjectId, to_hex
 from .intake import expand_message, plain_copy
 from .workspace import Workspace
 
-__all__ = ["MessageHistoryEntry", "read_entry"]
+__all__ = ["MessageHistoryEntry", "read_entries", "read_entry", "read_messages"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +35,57 @@ class MessageHistoryEntry:
         if self.sources is not None:
             out["sources"] = list(self.sources)
         return out
+
+
+def read_entries(ws: Workspace, oids: list[ObjectId]) -> list[MessageHistoryEntry]:
+    """`read_entry` of many entries, read in batches; what was decoded for this read is handed out as it
+    is (no one else holds it), the rest copied, and blobs read only for the messages that have them."""
+    out: list[MessageHistoryEntry] = []
+    with _collector_paused():
+        for oid, (stored, fresh) in zip(oids, ws.read_many(oids), strict=True):
+            if not isinstance(stored, Entry):
+                raise InvalidObject(f"object {to_hex(oid)} is a {type(stored).__name__.lower()}, not an entry")
+            if not fresh:
+                out.append(read_entry(ws, oid))
+                continue
+            message = stored.message
+            if _has_blobs(message):
+                message = expand_message(message, ws.value)
+            out.append(MessageHistoryEntry(stored.id, message, stored.kind, stored.meta,
+                                           list(stored.sources) if stored.sources is not None else None))
+    return out
+
+
+def read_messages(ws: Workspace, oids: list[ObjectId]) -> list[dict[str, Any]]:
+    """The messages of many entries (what `render` returns), read as `read_entries` reads them."""
+    out: list[dict[str, Any]] = []
+    with _collector_paused():
+        for oid, (stored, fresh) in zip(oids, ws.read_many(oids), strict=True):
+            if not isinstance(stored, Entry):
+                raise InvalidObject(f"object {to_hex(oid)} is a {type(stored).__name__.lower()}, not an entry")
+            message = stored.message
+            if not fresh or _has_blobs(message):
+                message = expand_message(message, ws.value)
+            out.append(message)
+    return out
+
+
+def _has_blobs(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return type(content) is bytes or (type(content) is list and any(type(b) is bytes for b in content))
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Hold the cyclic garbage collector off while a view is decoded: the objects made are all kept
+    (none is garbage), and the collector would otherwise scan them over and over as they accumulate."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def read_entry(ws: Workspace, oid: ObjectId) -> MessageHistoryEntry:

@@ -3,23 +3,33 @@
 Package-internal: the interface between `MessageHistory` (a `Graph` and a head revision) and the
 history package's other modules (`snapshot` reads and extends a `Graph` without knowing the history
 class). Ids here are raw `ObjectId`s; the history converts them to hex for its users.
+
+A history knows only its own graph: the revisions its tips reach, and the entries those revisions
+introduce. An entry or revision made by a sibling branch or a descendant, though it sits in the same
+shared workspace, is unknown here (as in the reference, where each history holds its own maps). The
+workspace records which revision introduced each entry id (`Workspace.introduce`); a lookup keeps the
+introductions whose revision this graph contains, an O(log n) ancestry check per tip.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..errors import DuplicateEntryId, InvalidInput, InvalidObject, MissingObject
 from ..format import seq
-from ..ids import ObjectId, from_hex
+from ..format.objects import Revision
+from ..ids import ObjectId, from_hex, to_hex
 from .intake import intake_entry
 from .workspace import Workspace
 
-__all__ = ["Graph", "known_revision"]
+__all__ = ["Graph", "readable_revision"]
+
+_NO_ALIASES: Mapping[str, ObjectId] = {}
+_NO_NAMES: Mapping[ObjectId, str] = {}
 
 
-def known_revision(ws: Workspace, text: Any) -> ObjectId | None:
+def readable_revision(ws: Workspace, text: Any) -> ObjectId | None:
     """The id spelled by hex `text` if it names a revision `ws` can read, else None."""
     try:
         oid = from_hex(text)
@@ -33,17 +43,52 @@ class Graph:
     """The revisions reachable from `tips` through `workspace`, with entry-id lookup over them.
 
     Immutable: histories derived from one another share the workspace, and each has its own tips.
+    `aliases` maps the foreign revision ids a loaded snapshot or delta used (the TypeScript library's
+    `"3-k2j4h5q"`) to the revisions rebuilt from them; `names` is the reverse, used when writing ids out.
     """
 
-    __slots__ = ("tips", "workspace")
+    __slots__ = ("aliases", "names", "tips", "workspace")
 
-    def __init__(self, workspace: Workspace, tips: frozenset[ObjectId]) -> None:
+    def __init__(self, workspace: Workspace, tips: frozenset[ObjectId],
+                 aliases: Mapping[str, ObjectId] = _NO_ALIASES, names: Mapping[ObjectId, str] = _NO_NAMES) -> None:
         self.workspace = workspace
         self.tips = tips
+        self.aliases = aliases
+        self.names = names
 
     def with_tips(self, tips: frozenset[ObjectId]) -> Graph:
-        """The same workspace with other tips."""
-        return Graph(self.workspace, tips)
+        """The same workspace and aliases with other tips."""
+        return Graph(self.workspace, tips, self.aliases, self.names)
+
+    def with_aliases(self, aliases: Mapping[str, ObjectId]) -> Graph:
+        """This graph with more foreign revision ids (copied: graphs never share a mutable map)."""
+        if not aliases:
+            return self
+        merged = {**self.aliases, **aliases}
+        names = {**self.names, **{oid: name for name, oid in aliases.items()}}
+        return Graph(self.workspace, self.tips, merged, names)
+
+    def name(self, oid: ObjectId) -> str:
+        """How revision `oid` is spelled in snapshots and deltas: its foreign id if it was loaded with
+        one, else its hex id."""
+        return self.names.get(oid) or to_hex(oid)
+
+    def contains(self, revision: ObjectId) -> bool:
+        """Whether `revision` is one of this graph's revisions (a tip or an ancestor of one)."""
+        if revision in self.tips:
+            return True
+        ws = self.workspace
+        return any(ws.is_ancestor(revision, tip) for tip in self.tips)
+
+    def known_revision(self, text: Any) -> ObjectId | None:
+        """The revision of this graph spelled `text` (a hex id, or a foreign id it was loaded with)."""
+        if not isinstance(text, str):
+            return None
+        oid = self.aliases.get(text)
+        if oid is not None:
+            return oid
+        found = readable_revision(self.workspace, text)
+        return found if found is not None and self.contains(found) else None
 
     # -- lineage -------------------------------------------------------------------------------
     def chain(self, start: ObjectId) -> Iterator[ObjectId]:
@@ -98,19 +143,27 @@ class Graph:
     # -- entries -------------------------------------------------------------------------------
     def lookup(self, entry_id: str) -> ObjectId | None:
         """The oid of the entry with id `entry_id` in this graph, or None."""
-        index = self.workspace.index
-        oid = index.get(entry_id)
-        if oid is None:
-            self._index_graph()
-            oid = index.get(entry_id)
-        return oid
+        found = self._find(entry_id)
+        if found is None and self._index_graph():
+            found = self._find(entry_id)
+        return found
 
-    def make_entries(self, inputs: Iterable[Any], *, kind: str | None = None,
-                     sources: list[str] | None = None) -> list[tuple[str, ObjectId]]:
-        """Store entry inputs as objects, refusing an explicit id that names different content."""
+    def _find(self, entry_id: str) -> ObjectId | None:
+        for revision, oid in self.workspace.introductions(entry_id):
+            if self.contains(revision):
+                return oid
+        return None
+
+    def make_entries(self, inputs: Iterable[Any], *, kind: str | None = None, sources: list[str] | None = None,
+                     made: dict[str, ObjectId] | None = None) -> list[tuple[str, ObjectId]]:
+        """Store entry inputs as objects, refusing an explicit id that names different content.
+
+        `made` holds the entries made earlier in the same operation (checked too, and extended): they
+        are in no revision yet, so the graph cannot find them.
+        """
         ws = self.workspace
-        made: list[tuple[str, ObjectId]] = []
-        seen: dict[str, ObjectId] = {}
+        out: list[tuple[str, ObjectId]] = []
+        seen: dict[str, ObjectId] = {} if made is None else made
         for value in inputs:
             entry, encoded, blobs, explicit = intake_entry(value, kind=kind, sources=sources)
             oid = encoded[0]
@@ -121,20 +174,30 @@ class Graph:
                         f"entry id {entry.id!r} already names a different entry in this history; "
                         "use a new id, or leave the id out to have one generated")
             seen[entry.id] = oid
-            made.append((entry.id, oid))
+            out.append((entry.id, oid))
             for blob in blobs:
                 ws.put_encoded(*blob)
             ws.put_encoded(*encoded)
-        for entry_id, oid in made:
-            ws.index.setdefault(entry_id, oid)
-        return made
+        return out
 
-    def _index_graph(self) -> None:
-        """Read every tree and operation of the graph into the workspace's id index."""
+    def record(self, oid: ObjectId, rev: Revision, pinned: Iterable[tuple[str, ObjectId]] = ()) -> None:
+        """Note the entries new revision `oid` introduces: its operation's, and `pinned` (items its tree
+        took from elsewhere in the graph, as a view revision does). Only when its parent's are noted: a
+        revision made on an unread lineage is indexed with that lineage, on the first lookup miss."""
         ws = self.workspace
-        # A revision is marked indexed only after its ancestors are, so each walk stops at the first
-        # indexed one: a miss costs the revisions made since the last miss, not the whole lineage
-        # (which made n appends with explicit ids cost O(n^2)).
+        if oid in ws.indexed or (rev.parent is not None and rev.parent not in ws.indexed):
+            return
+        for entry_id, entry_oid in _operation_entries(ws, rev):
+            ws.introduce(oid, entry_id, entry_oid)
+        for entry_id, entry_oid in pinned:
+            ws.introduce(oid, entry_id, entry_oid)
+        ws.indexed.add(oid)
+
+    def _index_graph(self) -> bool:
+        """Note the entries of every revision of the graph not yet indexed; whether there were any."""
+        ws = self.workspace
+        # A revision is indexed only after its ancestors are, so each walk stops at the first indexed
+        # one: a miss costs the revisions made since the last miss, not the whole lineage.
         todo: list[ObjectId] = []
         for tip in sorted(self.tips):
             chain = []
@@ -144,33 +207,32 @@ class Graph:
                 chain.append(oid)
             todo.extend(reversed(chain))
         for rev_oid in todo:
-            if rev_oid in ws.indexed:
-                continue
-            rev = ws.revision(rev_oid, keep=False)
-            self._index_spine(rev.seq)
-            op = rev.operation
-            if op is not None and op["type"] == "append":
-                # An append names its entries' ids next to their oids: no entry needs reading.
-                for entry_id, oid in zip(op["entryIds"], op["entries"], strict=True):
-                    ws.index.setdefault(entry_id, oid)
-            else:
-                for oid in rev.operation_ids():
-                    ws.index.setdefault(ws.entry(oid).id, oid)
-            ws.indexed.add(rev_oid)
+            if rev_oid not in ws.indexed:
+                self._index_revision(rev_oid)
+        return bool(todo)
 
-    def _index_spine(self, spine: seq.Spine) -> None:
-        for entry_id, entry_oid in spine[0]:
-            if entry_oid is not None:
-                self.workspace.index.setdefault(entry_id, entry_oid)
-        for oid, _ in seq.subtrees(spine):
-            self._index_tree(oid)
-
-    def _index_tree(self, root: ObjectId) -> None:
+    def _index_revision(self, oid: ObjectId) -> None:
         ws = self.workspace
-        if root in ws.indexed:
-            return
-        node = ws.node(root)
-        if node.level > 0:
-            for child, _ in node.items:
-                self._index_tree(ObjectId(child))
-            ws.indexed.add(root)
+        rev = ws.revision(oid, keep=False)
+        for entry_id, entry_oid in _operation_entries(ws, rev):
+            ws.introduce(oid, entry_id, entry_oid)
+        # Items its tree holds that its parent's does not (leaves that differ: a superset); those it
+        # shares are introduced by an ancestor already, and `introduce` drops them again.
+        parent = [ws.revision(rev.parent, keep=False).seq] if rev.parent is not None else []
+        for leaf in seq.diff([rev.seq], parent, ws.node).a_leaves:
+            for entry_id, entry_oid in leaf.items:
+                if entry_oid is not None:
+                    ws.introduce(oid, entry_id, ObjectId(entry_oid))
+        ws.indexed.add(oid)
+
+
+def _operation_entries(ws: Workspace, rev: Revision) -> Iterator[tuple[str, ObjectId]]:
+    op = rev.operation
+    if op is None:
+        return
+    if op["type"] == "append":
+        # An append names its entries' ids next to their oids: no entry needs reading.
+        yield from zip(op["entryIds"], op["entries"], strict=True)
+        return
+    for entry_oid in rev.operation_ids():
+        yield ws.entry(entry_oid).id, entry_oid

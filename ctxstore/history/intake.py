@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from ..errors import EncodingError, InvalidInput
-from ..format.codec import encode
+from ..format.codec import MAX_DEPTH, encode
 from ..format.objects import BLOB_THRESHOLD, ENTRY_KINDS, PATCH_OPS, Blob, Entry, Object, encode_object
 from ..ids import ObjectId
 from .entry_ids import new_entry_id
@@ -14,6 +14,7 @@ from .entry_ids import new_entry_id
 __all__ = [
     "Encoded",
     "Intake",
+    "MakeEntries",
     "check_patch",
     "expand_message",
     "intake_copy",
@@ -33,26 +34,33 @@ def plain_copy(value: Any) -> Any:
     return value
 
 
-def intake_copy(value: Any, path: str = "") -> Any:
+def intake_copy(value: Any, path: str = "", depth: int = 0) -> Any:
     """A deep copy of JSON-like input (dicts, lists, str, numbers, bool, None); tuples become lists.
 
     Objects with `model_dump` (the anthropic SDK's pydantic types) are dumped to plain data first.
+    Nesting deeper than the codec's `MAX_DEPTH` (a list that contains itself among them) is refused.
     """
     t = type(value)
     if t is str or t is int or t is float or t is bool or value is None:
         return value
+    if depth >= MAX_DEPTH and (t is dict or t is list or t is tuple or isinstance(value, Mapping)):
+        raise InvalidInput(f"message nested deeper than {MAX_DEPTH} levels at {path[:200] or '/'}…; "
+                           "a list or dict may contain itself")
+    if t is dict and all(type(k) is str and (type(v) is str or v is None or type(v) is int or type(v) is bool)
+                         for k, v in value.items()):
+        return dict(value)  # a flat message (a chat turn): nothing to check on the way down
     if t is dict or isinstance(value, Mapping):
         out = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise InvalidInput(f"message key {key!r} at {path or '/'} is not a string")
-            out[key] = intake_copy(item, f"{path}/{key}")
+            out[key] = intake_copy(item, f"{path}/{key}", depth + 1)
         return out
     if t is list or t is tuple:
-        return [intake_copy(item, f"{path}/{n}") for n, item in enumerate(value)]
+        return [intake_copy(item, f"{path}/{n}", depth + 1) for n, item in enumerate(value)]
     dump = getattr(value, "model_dump", None)
     if callable(dump):
-        return intake_copy(dump(mode="json", exclude_none=True), path)
+        return intake_copy(dump(mode="json", exclude_none=True), path, depth)
     if isinstance(value, bool | int | float | str):
         return value
     raise InvalidInput(f"cannot store a {t.__name__} at {path or '/'} in a message; use JSON-like data")
@@ -177,12 +185,12 @@ def check_patch(patch: Any) -> None:
     else:
         _need(patch, "id", str, "a target entry id")
         if op != "remove":
-            entries = _need(patch, "entries", list, "a list of entry inputs")
-            if not entries and op != "split":
-                raise InvalidInput(f"{op} patch needs at least one entry")
+            # An empty list is valid: `replace` with [] removes its target, an insert of [] adds nothing.
+            _need(patch, "entries", list, "a list of entry inputs")
 
 
 MakeEntries = Callable[..., list[tuple[str, ObjectId]]]
+"""Makes (or finds) the entries of a patch's inputs: `make(inputs, kind=..., sources=...)` -> (id, oid)s."""
 
 
 def stored_patch(patch: Mapping[str, Any], make: MakeEntries) -> dict[str, Any]:
@@ -193,7 +201,8 @@ def stored_patch(patch: Mapping[str, Any], make: MakeEntries) -> dict[str, Any]:
     if op == "move":
         out: dict[str, Any] = {"op": op, "ids": list(patch["ids"])}
         for anchor in ("before", "after"):
-            if patch.get(anchor) is not None:
+            # An empty string is no anchor (as in the reference): `before: ""` leaves `after` to decide.
+            if patch.get(anchor):
                 out[anchor] = patch[anchor]
         return out
     if op == "summary":

@@ -18,15 +18,14 @@ from ..format.objects import Revision
 from ..ids import ObjectId, to_hex
 from ..store.base import ObjectSource
 from .budget import estimate_tokens
-from .entry import MessageHistoryEntry, read_entry
-from .graph import Graph, known_revision
-from .intake import check_patch, expand_message, stored_patch
+from .entry import MessageHistoryEntry, read_entries, read_messages
+from .graph import Graph, readable_revision
+from .intake import check_patch, expand_message
+from .patches import TARGETED, Item, apply_patch, edit_items, respliced
 from .snapshot import delta_of, load_into, snapshot_of
 from .workspace import Workspace
 
 __all__ = ["MessageHistory", "MessageHistoryEntry"]
-
-Item = tuple[str, ObjectId | None]
 
 
 class MessageHistory:
@@ -34,20 +33,25 @@ class MessageHistory:
 
     `MessageHistory()` starts an empty in-memory history. `MessageHistory(source=store, head=rev)`
     opens revision `rev` of an object store lazily: only the objects an operation needs are read.
+    `created_at` (ms) dates a new empty history's root revision (default: now).
     """
 
     __slots__ = ("_graph", "_head")
 
-    def __init__(self, *, source: ObjectSource | None = None, head: str | None = None) -> None:
+    def __init__(self, *, source: ObjectSource | None = None, head: str | None = None,
+                 created_at: int | None = None) -> None:
         ws = Workspace(source)
         if head is None:
-            self._head = ws.put(Revision(None, now_ms(), None, [[]], 0))
+            root = Revision(None, now_ms() if created_at is None else created_at, None, [[]], 0)
+            self._head = ws.put(root)
         else:
-            found = known_revision(ws, head)
+            found = readable_revision(ws, head)
             if found is None:
                 raise UnknownRevision(f"revision {head!r} is not in the store") from None
             self._head = found
         self._graph = Graph(ws, frozenset([self._head]))
+        if head is None:
+            self._graph.record(self._head, root)
 
     @classmethod
     def _derive(cls, graph: Graph, head: ObjectId) -> MessageHistory:
@@ -87,13 +91,13 @@ class MessageHistory:
 
     def _items(self, revision: ObjectId | None = None) -> list[Item]:
         rev = self._revision(revision)
-        return list(seq.iter_items(rev.seq, self._ws.node))
+        return seq.items_batched(rev.seq, self._ws.nodes)
 
     def _resolve_view(self, view: str | Sequence[str] | None) -> list[ObjectId]:
         if view is None:
             items = self._items()
         elif isinstance(view, str):
-            oid = known_revision(self._ws, view)
+            oid = self._graph.known_revision(view)
             if oid is None:
                 return []
             items = self._items(oid)
@@ -108,11 +112,11 @@ class MessageHistory:
 
     def refs(self, view: str | Sequence[str] | None = None) -> list[MessageHistoryEntry]:
         """The entries of the active view, of revision `view`, or of the listed entry ids (copies)."""
-        return [read_entry(self._ws, oid) for oid in self._resolve_view(view)]
+        return read_entries(self._ws, self._resolve_view(view))
 
     def render(self, view: str | Sequence[str] | None = None) -> list[dict[str, Any]]:
         """The messages of a view, ready to send to a model (copies)."""
-        return [e.message for e in self.refs(view)]
+        return read_messages(self._ws, self._resolve_view(view))
 
     def restore(self, entry_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Messages with every summary expanded into its sources, recursively; unknown ids skipped."""
@@ -152,17 +156,20 @@ class MessageHistory:
 
     # -- writing -------------------------------------------------------------------------------
     def _new_revision(self, operation: dict[str, Any] | None, root: seq.Spine, size: int,
-                      created_at: int | None = None) -> MessageHistory:
+                      created_at: int | None = None,
+                      pinned: Iterable[tuple[str, ObjectId]] = ()) -> MessageHistory:
         rev = Revision(self._head, now_ms() if created_at is None else created_at, operation, root, size)
-        return self._advance(self._ws.put(rev))
+        oid = self._ws.put(rev)
+        self._graph.record(oid, rev, pinned)
+        return self._advance(oid)
 
-    def append(self, entry: Any) -> MessageHistory:
+    def append(self, entry: Any, *, created_at: int | None = None) -> MessageHistory:
         """Add one entry (a message, or the object form with `message`) at the end."""
-        return self.extend([entry])
+        return self.extend([entry], created_at=created_at)
 
-    def extend(self, entries: Iterable[Any]) -> MessageHistory:
-        """Add several entries at the end as one revision."""
-        return self._append_made(self._graph.make_entries(_listed(entries, "entries")))
+    def extend(self, entries: Iterable[Any], *, created_at: int | None = None) -> MessageHistory:
+        """Add several entries at the end as one revision (`created_at`: its time in ms, default now)."""
+        return self._append_made(self._graph.make_entries(_listed(entries, "entries")), created_at)
 
     def _append_made(self, made: list[tuple[str, ObjectId]], created_at: int | None = None) -> MessageHistory:
         rev = self._revision()
@@ -170,37 +177,61 @@ class MessageHistory:
         op = {"type": "append", "entryIds": [i for i, _ in made], "entries": [o for _, o in made]}
         return self._new_revision(op, root, rev.size + len(made), created_at)
 
-    def edit(self, patches: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> MessageHistory:
+    def edit(self, patches: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
+             created_at: int | None = None) -> MessageHistory:
         """Apply patches in order to the evolving sequence; a patch whose target is absent is skipped."""
         listed = [patches] if isinstance(patches, Mapping) else _listed(patches, "patches")
         for patch in listed:
             check_patch(patch)
-        resolved = [stored_patch(p, self._graph.make_entries) for p in listed]
-        return self._apply_edit(resolved)
+        made: dict[str, ObjectId] = {}
 
-    def _apply_edit(self, patches: list[dict[str, Any]], created_at: int | None = None) -> MessageHistory:
+        def make(inputs: Any, **how: Any) -> list[tuple[str, ObjectId]]:
+            return self._graph.make_entries(inputs, made=made, **how)
+
         before = self._items()
-        items = before
-        for patch in patches:
-            items = _apply_patch(items, patch, self._ws)
-        root = _respliced(self._revision().seq, before, items, self._ws)
+        stored, items = edit_items(before, listed, make, self._entry_id)
+        return self._edited(before, stored, items, created_at)
+
+    def _entry_id(self, oid: ObjectId) -> str:
+        return self._ws.entry(oid).id
+
+    def _edited(self, before: list[Item], patches: list[dict[str, Any]], items: list[Item],
+                created_at: int | None = None) -> MessageHistory:
+        root = respliced(self._revision().seq, before, items, self._ws)
         return self._new_revision({"type": "edit", "patches": patches}, root, len(items), created_at)
 
-    def fork(self) -> MessageHistory:
+    def _apply_edit(self, patches: list[dict[str, Any]], created_at: int | None = None) -> MessageHistory:
+        """Replay stored patches (a rebase): one that is skipped here is not recorded again."""
+        before = self._items()
+        items = before
+        kept = []
+        for patch in patches:
+            after = apply_patch(items, patch, self._entry_id)
+            if patch["op"] in TARGETED and after is items:
+                continue
+            items = after
+            kept.append(patch)
+        return self._edited(before, kept, items, created_at)
+
+    def fork(self, *, created_at: int | None = None) -> MessageHistory:
         """A new revision with the same view: a branch point. The original is untouched."""
         rev = self._revision()
-        return self._new_revision({"type": "fork"}, rev.seq, rev.size)
+        return self._new_revision({"type": "fork"}, rev.seq, rev.size, created_at)
 
     def with_view(self, view: str | Sequence[str]) -> MessageHistory:
         """Move the head to a known revision, or mint a `view` revision of exactly the listed ids."""
         if isinstance(view, str):
-            oid = known_revision(self._ws, view)
+            oid = self._graph.known_revision(view)
             if oid is None:
                 raise UnknownRevision(f"revision {view!r} is not in this history")
-            return self._derive(self._graph.with_tips(self._graph.tips | {oid}), oid)
-        ids = _ids(view, "view")
-        root = seq.build([[i, self._graph.lookup(i)] for i in ids], self._ws.put)
-        return self._new_revision({"type": "view", "entryIds": ids}, root, len(ids))
+            return self._derive(self._graph, oid)
+        return self._view_of(_ids(view, "view"))
+
+    def _view_of(self, ids: list[str], created_at: int | None = None) -> MessageHistory:
+        items = [(i, self._graph.lookup(i)) for i in ids]
+        root = seq.build([[i, o] for i, o in items], self._ws.put)
+        pinned = [(i, o) for i, o in items if o is not None]
+        return self._new_revision({"type": "view", "entryIds": ids}, root, len(ids), created_at, pinned)
 
     # -- lineage -------------------------------------------------------------------------------
     def lineage(self) -> Iterator[str]:
@@ -215,7 +246,7 @@ class MessageHistory:
         """
         if not isinstance(other, MessageHistory):
             raise InvalidInput(f"replay needs a MessageHistory to copy from, not {type(other).__name__}")
-        found = known_revision(other._ws, revision_id)
+        found = other._graph.known_revision(revision_id)
         if found is None:
             raise UnknownRevision(f"revision {revision_id!r} is not in the history to replay from")
         rev = other._revision(found)
@@ -232,9 +263,7 @@ class MessageHistory:
             return self._apply_edit(op["patches"], rev.created_at)
         if op["type"] == "fork":
             return self._new_revision({"type": "fork"}, self._revision().seq, self.size, rev.created_at)
-        ids = op["entryIds"]
-        root = seq.build([[i, self._graph.lookup(i)] for i in ids], self._ws.put)
-        return self._new_revision({"type": "view", "entryIds": ids}, root, len(ids), rev.created_at)
+        return self._view_of(list(op["entryIds"]), rev.created_at)
 
     def _copy_entry(self, source: Workspace, oid: ObjectId) -> None:
         ws = self._ws
@@ -244,7 +273,6 @@ class MessageHistory:
         for blob in entry.blob_ids():
             ws.put_raw(blob, source.raw(blob))
         ws.put_raw(oid, source.raw(oid))
-        ws.index.setdefault(entry.id, oid)
 
     def _check_ids_free(self, made: list[tuple[str, ObjectId]]) -> None:
         for entry_id, oid in made:
@@ -301,26 +329,6 @@ _DONE: Any = object()
 """The end of an iterator in `_restore_into`'s walk (None is a real item there: an unknown id)."""
 
 
-def _respliced(root: seq.Spine, before: list[Item], after: list[Item], ws: Workspace) -> seq.Spine:
-    """The tree of `after`, made from `before`'s tree by rewriting only the span where they differ.
-
-    An edit usually touches a few entries, so this writes the nodes around that span (O(log n)) where a
-    rebuild would hash every node of the view again.
-    """
-    def same(a: Item, b: Item) -> bool:
-        return a[0] == b[0] and a[1] == b[1]
-
-    limit = min(len(before), len(after))
-    start = 0
-    while start < limit and same(before[start], after[start]):
-        start += 1
-    end = 0
-    while end < limit - start and same(before[-1 - end], after[-1 - end]):
-        end += 1
-    changed = [[i, o] for i, o in after[start: len(after) - end]]
-    return seq.splice(root, start, len(before) - end, changed, ws.node, ws.put)
-
-
 def _listed(value: Any, what: str) -> list[Any]:
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
         raise InvalidInput(f"{what} must be a list")
@@ -333,48 +341,6 @@ def _ids(value: Any, what: str) -> list[str]:
         if not isinstance(i, str):
             raise InvalidInput(f"{what} must be a list of entry ids (strings), not {i!r}")
     return ids
-
-
-def _apply_patch(items: list[Item], patch: dict[str, Any], ws: Workspace) -> list[Item]:
-    """One stored patch applied to a list of (id, oid) items; absent targets leave it unchanged."""
-    op = patch["op"]
-    ids = [i for i, _ in items]
-    if op == "remove":
-        return [it for it in items if it[0] != patch["id"]]
-    if op in ("replace", "split", "insertBefore", "insertAfter"):
-        if patch["id"] not in ids:
-            return items
-        at = ids.index(patch["id"])
-        new: list[Item] = [(ws.entry(o).id, o) for o in patch["entries"]]
-        if op == "insertBefore":
-            return items[:at] + new + items[at:]
-        if op == "insertAfter":
-            return items[: at + 1] + new + items[at + 1:]
-        return items[:at] + new + items[at + 1:]
-    if op == "move":
-        moving = set(patch["ids"])
-        moved = [it for it in items if it[0] in moving]
-        if not moved:
-            return items
-        rest = [it for it in items if it[0] not in moving]
-        rest_ids = [i for i, _ in rest]
-        if "before" in patch:
-            at = rest_ids.index(patch["before"]) if patch["before"] in rest_ids else len(rest)
-        elif "after" in patch:
-            at = rest_ids.index(patch["after"]) + 1 if patch["after"] in rest_ids else len(rest)
-        else:
-            at = len(rest)
-        return rest[:at] + moved + rest[at:]
-    # summary
-    summary: Item = (ws.entry(patch["entry"]).id, patch["entry"])
-    sources = set(patch["sourceIds"])
-    if patch.get("replace"):
-        positions = [n for n, i in enumerate(ids) if i in sources]
-        if positions:
-            first = positions[0]
-            return [it for it in items[:first] if it[0] not in sources] + [summary] + [
-                it for it in items[first:] if it[0] not in sources]
-    return [*items, summary]
 
 
 def _replaces_absent_sources(operation: Mapping[str, Any] | None, onto: MessageHistory) -> bool:

@@ -13,24 +13,33 @@ stable:
 - `revision(oid)` and `parent(oid)`: a revision, and a revision's parent read without decoding its
   spine.
 
-Ids here are raw `ObjectId`s: the workspace is storage-side. Everything else (`index`, `indexed`,
-`put*`, `node`, `entry`, `value`) serves the history package's own modules.
+Ids here are raw `ObjectId`s: the workspace is storage-side. Everything else (`put*`, `node`, `entry`,
+`value`, and the facts about revisions that histories look entries up with: `introduce`,
+`introductions`, `indexed`, `is_ancestor`) serves the history package's own modules.
+
+Entry lookup is scoped to one history's graph, though the workspace is shared by a family of histories:
+the workspace records, for each entry id, the revisions that introduced an entry under it
+(`introduce`), and a graph asks which of those it contains (`is_ancestor` against its tips). An
+ancestry query is O(log n) through skew-binary jump pointers (one per revision, set when the revision is
+first placed), so no history keeps or copies an index of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..errors import InvalidObject, MissingObject
 from ..format.objects import Entry, Object, Revision, SeqNode, encode_object, parse_object, revision_header
-from ..format.seq import SpineBytes, encode_node, encode_revision
+from ..format.seq import SpineBytes, encode_node, encode_revision, spine_bytes
 from ..ids import ObjectId, object_id, to_hex
 from ..store.base import ObjectSource
 
 __all__ = ["Workspace"]
 
 _CACHE_LIMIT = 200_000
+_BATCH = 4096
+"""Objects `read_many` reads under one read transaction (a reader held longer pins old pages)."""
 
 
 class Workspace:
@@ -45,10 +54,13 @@ class Workspace:
         self.source = source
         self._pending: dict[ObjectId, bytes] = {}
         self._decoded: dict[ObjectId, Object] = {}
-        self.index: dict[str, ObjectId] = {}
-        """Entry id to entry oid for every entry this workspace has made or read."""
+        self._introduced: dict[str, list[tuple[ObjectId, ObjectId]]] = {}
         self.indexed: set[ObjectId] = set()
-        """Revisions and tree nodes whose entries are all in `index`."""
+        """Revisions whose entries, and all of whose ancestors' entries, are recorded by `introduce`."""
+        # Per placed revision: its parent, its depth (a root is 0) and its jump pointer.
+        self._up: dict[ObjectId, ObjectId | None] = {}
+        self._depth: dict[ObjectId, int] = {}
+        self._jump: dict[ObjectId, ObjectId] = {}
         # The last revision's spine levels with their encoded items: an append keeps most of them.
         self._last_spine: SpineBytes | None = None
 
@@ -63,8 +75,41 @@ class Workspace:
                 raise MissingObject(f"object {to_hex(oid)} is not in this history")
             data = self.source.get(oid)
         obj = parse_object(data, trusted=True)
+        if self._last_spine is None and type(obj) is Revision:
+            # The head a history is loaded at: its next append re-encodes only the levels it changes.
+            self._last_spine = spine_bytes(obj, data)
         self._remember(oid, obj)
         return obj
+
+    def read_many(self, oids: list[ObjectId]) -> Iterator[tuple[Object, bool]]:
+        """Objects by id, in order, each with whether it was decoded just now (so no one else holds it,
+        and the caller may hand it out without copying). Those decoded here come from the cache; the rest
+        are read in batches (`get_many`, one read transaction each where the source has it) and not
+        kept, since a whole view's reader reads each once."""
+        decoded, pending, source = self._decoded, self._pending, self.source
+        many = getattr(source, "get_many", None)
+        for start in range(0, len(oids), _BATCH):
+            chunk = oids[start:start + _BATCH]
+            unread = [oid for oid in chunk if oid not in decoded and oid not in pending]
+            if unread and source is None:
+                raise MissingObject(f"object {to_hex(unread[0])} is not in this history")
+            read = iter(many(unread) if many is not None else [source.get(oid) for oid in unread]
+                        ) if unread and source is not None else iter(())
+            for oid in chunk:
+                obj = decoded.get(oid)
+                if obj is not None:
+                    yield obj, False
+                    continue
+                data = pending.get(oid)
+                yield parse_object(next(read) if data is None else data, trusted=True), True
+
+    def nodes(self, oids: list[ObjectId]) -> list[SeqNode]:
+        """Seq nodes by id, read in batches (`read_many`)."""
+        found = [obj for obj, _fresh in self.read_many(oids)]
+        for oid, obj in zip(oids, found, strict=True):
+            if not isinstance(obj, SeqNode):
+                raise InvalidObject(f"object {to_hex(oid)} is a {type(obj).__name__.lower()}, not a seq node")
+        return found  # type: ignore[return-value]  # checked just above
 
     def cached(self, oid: ObjectId) -> Object | None:
         """The object if it is already decoded here (made or read), without reading anything."""
@@ -150,11 +195,6 @@ class Workspace:
         obj = self.get(oid)
         if not isinstance(obj, SeqNode):
             raise InvalidObject(f"object {to_hex(oid)} is a {type(obj).__name__.lower()}, not a seq node")
-        if obj.level == 0 and oid not in self.indexed:
-            for entry_id, entry_oid in obj.items:
-                if entry_oid is not None:
-                    self.index.setdefault(entry_id, entry_oid)
-            self.indexed.add(oid)
         return obj
 
     def value(self, oid: ObjectId) -> Any:
@@ -164,3 +204,59 @@ class Workspace:
         if data is None:
             raise InvalidObject(f"object {to_hex(oid)} is not a blob")
         return data
+
+    # -- ancestry and entry introductions --------------------------------------------------------
+    def _place(self, oid: ObjectId) -> None:
+        """Give `oid` and its unplaced ancestors a depth and a jump pointer (Myers' skew-binary scheme:
+        a jump spans 2^k - 1 revisions, so `ancestor_at` takes O(log depth) steps)."""
+        if oid in self._depth:
+            return
+        chain: list[ObjectId] = []
+        cur: ObjectId | None = oid
+        while cur is not None and cur not in self._depth:
+            chain.append(cur)
+            parent = self.parent(cur)
+            self._up[cur] = parent
+            cur = parent
+        for node in reversed(chain):
+            parent = self._up[node]
+            if parent is None:
+                self._depth[node], self._jump[node] = 0, node
+                continue
+            depth = self._depth[parent]
+            jump = self._jump[parent]
+            if depth - self._depth[jump] == self._depth[jump] - self._depth[self._jump[jump]]:
+                self._jump[node] = self._jump[jump]
+            else:
+                self._jump[node] = parent
+            self._depth[node] = depth + 1
+
+    def is_ancestor(self, ancestor: ObjectId, oid: ObjectId) -> bool:
+        """Whether revision `ancestor` is `oid` or one of its ancestors."""
+        if ancestor == oid:
+            return True
+        self._place(ancestor)
+        self._place(oid)
+        target = self._depth[ancestor]
+        if target >= self._depth[oid]:
+            return False
+        node = oid
+        while self._depth[node] > target:
+            jump = self._jump[node]
+            up = self._up[node]
+            assert up is not None
+            node = jump if self._depth[jump] >= target else up
+        return node == ancestor
+
+    def introduce(self, revision: ObjectId, entry_id: str, entry_oid: ObjectId) -> None:
+        """Record that `revision` (and so every revision descending from it) knows `entry_oid` as
+        `entry_id`, unless `revision` or an ancestor of it already does."""
+        known = self._introduced.setdefault(entry_id, [])
+        for rev, oid in known:
+            if oid == entry_oid and self.is_ancestor(rev, revision):
+                return
+        known.append((revision, entry_oid))
+
+    def introductions(self, entry_id: str) -> list[tuple[ObjectId, ObjectId]]:
+        """(revision, entry oid) for each recorded introduction of `entry_id`, oldest first."""
+        return self._introduced.get(entry_id, [])

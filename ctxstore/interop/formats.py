@@ -15,11 +15,14 @@ from dataclasses import replace
 from typing import IO, Any, Final
 
 from ..errors import CtxStoreError, InvalidInput
+from ..history.entry import MessageHistoryEntry
 from ..history.message_history import MessageHistory
 from ..repo.repository import Repository
-from .claude_code import import_claude_code, is_transcript_record
+from .claude_code import import_claude_code, is_transcript_record, parse_claude_code
+from .claude_export import claude_records, session_id_for
 from .landing import ImportResult, land
-from .source import Source, json_lines, parse_json, read_text, source_name
+from .messages import check_messages, message_of
+from .source import Source, json_lines, numbered_json_lines, parse_json, read_text, source_name
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -35,8 +38,8 @@ __all__ = [
 
 IMPORT_FORMATS: Final = ("json", "jsonl", "snapshot", "claude")
 """What an import reads: a JSON list of messages, JSON Lines of messages, a snapshot, a Claude Code transcript."""
-EXPORT_FORMATS: Final = ("json", "jsonl", "snapshot")
-"""What an export writes: a JSON list, JSON Lines, or a snapshot of the whole lineage."""
+EXPORT_FORMATS: Final = ("json", "jsonl", "snapshot", "claude")
+"""What an export writes: a JSON list, JSON Lines, a snapshot of the whole lineage, or a Claude Code transcript."""
 _BATCH = 1000
 """Messages per revision when importing a list: bounds the size of one revision's operation."""
 
@@ -117,12 +120,13 @@ def _message_list(value: Any) -> list[Any]:
 
 
 def import_file(repo: Repository, source: Source, ref: str | None = None, *, format: str | None = None,
-                force: bool = False) -> ImportResult:
+                force: bool = False, strict: bool = False) -> ImportResult:
     """Import a file (a path or a text stream) of any of `IMPORT_FORMATS` into `ref`.
 
     The format is detected from the content unless given. A Claude Code transcript names its own ref
     when `ref` is None (``claude/<session>``); other formats need one. `force` moves a ref that the
-    import does not descend from (a snapshot of another lineage, a re-imported transcript).
+    import does not descend from (a snapshot of another lineage, a transcript that does not continue
+    what the ref holds). A transcript's malformed lines are skipped and listed unless `strict`.
     """
     if format is not None and format not in IMPORT_FORMATS:
         raise InvalidInput(f"unknown import format {format!r}; use one of {', '.join(IMPORT_FORMATS)}")
@@ -130,7 +134,9 @@ def import_file(repo: Repository, source: Source, ref: str | None = None, *, for
     fmt = format or detect_format(text)
     message = f"import {fmt} from {source_name(source)}"
     if fmt == "claude":
-        return import_claude_code(repo, json_lines(text, partial_tail=True), ref, force=force, message=message)
+        numbered, bad = numbered_json_lines(text)
+        return import_claude_code(repo, parse_claude_code(numbered, skipped=bad), ref, force=force, strict=strict,
+                                  message=message)
     if ref is None:
         raise InvalidInput(f"name the ref to import {source_name(source)} into (for example main); "
                            "only a Claude Code transcript names its own")
@@ -144,7 +150,11 @@ def import_messages(repo: Repository, ref: str, messages: Sequence[Any], *, forc
                     batch: int = _BATCH, message: str = "") -> ImportResult:
     """Append messages (or entry inputs with 'message') to a ref, `batch` per revision, in one commit.
 
-    A ref that another writer moved meanwhile is rebased onto, as appending does.
+    The messages are checked as the Messages API would (`messages.check_messages`) against the view
+    they follow. What the ref's view already ends with is not appended again: an entry whose id the
+    view holds, and the longest run of leading messages equal to the view's last ones, so importing
+    the same list twice (or a list that grew since) adds only what is new. A ref that another writer
+    moved meanwhile is rebased onto, as appending does.
     """
     if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
         raise InvalidInput("messages must be a list")
@@ -152,13 +162,43 @@ def import_messages(repo: Repository, ref: str, messages: Sequence[Any], *, forc
         raise InvalidInput("there are no messages to import")
     _check_objects(messages)
     history = repo.history(ref)
-    for start in range(0, len(messages), batch):
+    tail = history.refs()[-len(messages):] if history.size else []
+    fresh = _not_in_view(messages, tail, history)
+    check_messages(fresh, before=[e.message for e in tail])
+    if not fresh:
+        return land(repo, {ref: history}, format="json", entries=len(messages), message=message)
+    for start in range(0, len(fresh), batch):
         try:
-            history = history.extend(messages[start:start + batch])
+            history = history.extend(fresh[start:start + batch])
         except CtxStoreError as exc:
-            raise InvalidInput(f"message {start + 1}..{min(start + batch, len(messages))}: {exc}") from None
+            raise InvalidInput(f"message {start + 1}..{min(start + batch, len(fresh))}: {exc}") from None
     return land(repo, {ref: history}, format="json", entries=len(messages), force=force, rebase=True,
                 message=message or "import messages")
+
+
+def _same(item: Any, entry: MessageHistoryEntry) -> bool:
+    if isinstance(item, Mapping) and "message" in item and "role" not in item and item.get("id") is not None:
+        return bool(item["id"] == entry.id)
+    try:
+        return bool(json.loads(json.dumps(message_of(item))) == entry.message)
+    except (TypeError, ValueError, RecursionError):
+        return False
+
+
+def _not_in_view(messages: Sequence[Any], tail: Sequence[MessageHistoryEntry],
+                 history: MessageHistory) -> list[Any]:
+    """`messages` less those the view already ends with, and less entries whose ids it holds."""
+    overlap = 0
+    for k in range(min(len(messages), len(tail)), 0, -1):
+        if all(_same(m, e) for m, e in zip(messages[:k], tail[-k:], strict=True)):
+            overlap = k
+            break
+    rest = list(messages[overlap:])
+    ids = [m["id"] for m in rest if isinstance(m, Mapping) and isinstance(m.get("id"), str) and "message" in m]
+    if not ids:
+        return rest
+    held = {e.id for e in history.refs()} & set(ids)
+    return [m for m in rest if not (isinstance(m, Mapping) and m.get("id") in held and "message" in m)]
 
 
 def import_snapshot(repo: Repository, ref: str, snapshot: Any, *, force: bool = False,
@@ -200,21 +240,31 @@ def _export_lines(history: MessageHistory, fmt: str, with_ids: bool) -> Iterator
 
 
 def write_export(repo: Repository, ref: str, out: IO[str], *, format: str = "json",
-                 with_ids: bool = False) -> None:
+                 with_ids: bool = False, session: str | None = None) -> None:
     """Write the view of a ref (or revision) to a text stream in one of `EXPORT_FORMATS`.
 
     JSON and JSONL hold plain messages, ready for a model; with `with_ids`, entries (id, kind, message,
-    meta, sources), which import reads back with their ids. A snapshot holds the whole lineage.
+    meta, sources), which import reads back with their ids. A snapshot holds the whole lineage. A
+    Claude Code transcript ("claude") holds the view as records Claude Code resumes, with `session` as
+    its session id (default: one named by the revision, `claude_export.session_id_for`).
     """
     if format not in EXPORT_FORMATS:
         raise InvalidInput(f"unknown export format {format!r}; use one of {', '.join(EXPORT_FORMATS)}")
-    repo.resolve(ref)  # an unknown ref is an error, not an empty export
-    for chunk in _export_lines(repo.history(ref), format, with_ids):
+    revision = repo.resolve(ref)  # an unknown ref is an error, not an empty export
+    history = repo.history(revision)
+    if format == "claude":
+        created = next(iter(repo.iter_revisions(revision, limit=1))).created_at
+        for record in claude_records(history, session=session or session_id_for(revision), created_at=created):
+            out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")))
+            out.write("\n")
+        return
+    for chunk in _export_lines(history, format, with_ids):
         out.write(chunk)
 
 
-def export_ref(repo: Repository, ref: str, *, format: str = "json", with_ids: bool = False) -> str:
+def export_ref(repo: Repository, ref: str, *, format: str = "json", with_ids: bool = False,
+               session: str | None = None) -> str:
     """`write_export` into a string."""
     buf = io.StringIO()
-    write_export(repo, ref, buf, format=format, with_ids=with_ids)
+    write_export(repo, ref, buf, format=format, with_ids=with_ids, session=session)
     return buf.getvalue()

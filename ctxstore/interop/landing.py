@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..history.message_history import MessageHistory
@@ -20,7 +20,9 @@ class ImportResult:
 
     `ref` is the full name of the ref imported into, `revision` its new head and `size` the entries in
     its view; `refs` is every ref the import moved (for a transcript, its forks too), full name to
-    revision; `entries` is how many messages, entries or transcript steps the file held.
+    revision, and `unchanged` the refs it would have moved that already held what it brought (importing
+    a file again); `entries` is how many messages, entries or transcript steps the file held, and
+    `skipped` the line numbers of malformed records left out (Claude Code transcripts).
     """
 
     format: str
@@ -29,6 +31,8 @@ class ImportResult:
     size: int
     entries: int
     refs: dict[str, HexId]
+    unchanged: list[str] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The result as JSON-ready data."""
@@ -36,17 +40,26 @@ class ImportResult:
 
 
 def land(repo: Repository, updates: Mapping[str, MessageHistory], *, format: str, entries: int,
-         message: str, force: bool = False, rebase: bool = False) -> ImportResult:
+         message: str, force: bool = False, rebase: bool = False, skipped: Sequence[int] = ()) -> ImportResult:
     """Commit `updates` (ref to history) in one transaction; the first ref is the one imported into.
 
-    With `rebase`, an import into one ref that another writer moved meanwhile is replayed onto the
-    ref's new head and committed again, as appending does; otherwise it raises `NonFastForward`.
+    A ref that already points at its history's head is left alone (listed in `unchanged`). With
+    `rebase`, an import into one ref that another writer moved meanwhile is replayed onto the ref's new
+    head and committed again, as appending does; otherwise it raises `NonFastForward`.
     """
-    if rebase and len(updates) == 1:
-        [(ref, history)] = updates.items()
+    names = {ref: repo.ref_name(ref) for ref in updates}
+    current = repo.refs()
+    moving = {ref: h for ref, h in updates.items() if current.get(names[ref]) != h.revision_id}
+    unchanged = [names[ref] for ref in updates if ref not in moving]
+    if rebase and len(moving) == 1:
+        [(ref, history)] = moving.items()
         moves = [repo.commit(ref, history, force=force, rebase=True, message=message)]
+    elif moving:
+        moves = repo.commit_many(moving, force=force, message=message)
     else:
-        moves = repo.commit_many(updates, force=force, message=message)
-    first = moves[0]
-    return ImportResult(format, first.ref, first.new, repo.history(first.new).size, entries,
-                        {move.ref: move.new for move in moves})
+        moves = []
+    moved = {move.ref: move.new for move in moves}
+    first_ref, first_history = next(iter(updates.items()))
+    first = names[first_ref]
+    head = moved.get(first, HexId(first_history.revision_id))
+    return ImportResult(format, first, head, repo.history(head).size, entries, moved, unchanged, list(skipped))

@@ -13,7 +13,7 @@ from typing import IO, Any
 
 from ..errors import InvalidInput
 
-__all__ = ["Source", "json_lines", "parse_json", "read_text", "source_name"]
+__all__ = ["Source", "json_lines", "numbered_json_lines", "parse_json", "read_text", "source_name"]
 
 Source = str | os.PathLike[str] | IO[str]
 """A file to import: a path, or a text stream that is already open (stdin, an open file, StringIO)."""
@@ -76,3 +76,23 @@ def json_lines(text: str, *, partial_tail: bool = False) -> list[Any]:
         except RecursionError:
             raise InvalidInput(f"line {number} nests JSON too deeply to read") from None
     return out
+
+
+def numbered_json_lines(text: str) -> tuple[list[tuple[int, Any]], list[int]]:
+    """The values of JSON Lines text with their line numbers, and the numbers of the lines that are not JSON.
+
+    A last line without its newline that is not JSON is half a record of a file still being written: it is
+    left out and not counted as bad.
+    """
+    lines = text.split("\n")
+    out: list[tuple[int, Any]] = []
+    bad: list[int] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append((number, json.loads(line)))
+        except (ValueError, RecursionError):
+            if number != len(lines):
+                bad.append(number)
+    return out, bad

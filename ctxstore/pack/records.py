@@ -20,7 +20,7 @@ import cbor2
 
 from ..errors import BadPack, CtxStoreError, InvalidInput
 from ..format import seq
-from ..format.codec import MAX_DEPTH
+from ..format.codec import MAX_DEPTH, bounded_loads, refused_tag
 from ..format.objects import (
     SPINE_KEY,
     Entry,
@@ -291,9 +291,15 @@ def decode_record(body: bytes,
     nodes rebuilt for it, and the revision if it is a rebuilt one (made here by the rule and checked, so
     the caller need not parse it). Raises `BadPack` with the reason (the caller adds where)."""
     try:
-        raw = cbor2.loads(body, max_depth=MAX_DEPTH + 2)
+        # Linear in the record: no tag cbor2 interprets (no value sharing), no indefinite lengths, bounded
+        # depth; tags 6 and 7 (and any other, refused by _Restore) come back as CBORTag.
+        raw = bounded_loads(body, max_depth=MAX_DEPTH + 2, keep_tags=True)
         canonical = cbor2.dumps(raw, canonical=True) == body
     except Exception as exc:  # cbor2 raises CBORDecodeError, ValueError, TypeError, OverflowError...
+        tag = refused_tag(exc)
+        if tag is not None:
+            raise BadPack(f"holds CBOR tag {tag}; pack records hold only tags {BACKREF_TAG} and {DERIVED_TAG}") \
+                from None
         raise BadPack(f"is not valid CBOR: {exc}") from None
     if not canonical:
         raise BadPack("is not canonical CBOR (unsorted or duplicate map keys, a non-shortest integer, length "

@@ -9,7 +9,13 @@ commit tried again; a history that does not descend from the ref's head is a `No
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import fcntl
+import os
+import random
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Final
 
 from ..errors import InvalidInput, MissingObject, NonFastForward, RefMoved
@@ -22,12 +28,49 @@ from ..store.base import Transaction, TransactionalStore
 from .lineage import Lineage, read_object
 from .reports import CommitResult
 
-__all__ = ["CAS_RETRIES", "REBASES", "commit_many", "commit_rebasing"]
+__all__ = ["CAS_RETRIES", "REBASES", "WriterQueue", "commit_many", "commit_rebasing"]
 
 CAS_RETRIES: Final = 8
 """Transactions a commit tries while other writers move its refs forward (each try re-walks only news)."""
 REBASES: Final = 100
 """Rebases `commit_rebasing` makes before it gives up with `RefMoved`."""
+
+
+class WriterQueue:
+    """Writers that lost a race take turns: an advisory lock on a file (``flock``), shared by every
+    process and thread that opens the repository.
+
+    A writer whose first attempt found the ref moved waits for its turn, then rebases and commits
+    holding it, so only writers on their first attempt can still get in ahead of it: under any
+    contention each commit is retried a bounded number of times instead of losing race after race.
+    If the lock file cannot be made (a read-only or full disk), writers go without a queue.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """Hold the queue: blocks until every writer ahead has committed (or given up)."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            yield  # no queue on a read-only or full disk: back off with jitter only
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released by close, also if the process dies
+            yield
+        finally:
+            os.close(fd)
+
+
+_BACKOFF_BASE = 0.001
+_BACKOFF_CAP = 0.05
+
+
+def _backoff(attempt: int) -> None:
+    """Sleep a random time up to an exponentially growing cap, so racing writers stop colliding."""
+    time.sleep(random.uniform(0, min(_BACKOFF_CAP, _BACKOFF_BASE * 2**attempt)))
 
 
 class _Moved(Exception):
@@ -102,26 +145,33 @@ def commit_many(store: TransactionalStore, lineage: Lineage, updates: Mapping[st
 
 
 def commit_rebasing(store: TransactionalStore, lineage: Lineage, ref: str, history: MessageHistory, *,
-                    message: str = "", retries: int = REBASES) -> CommitResult:
+                    message: str = "", retries: int = REBASES, queue: WriterQueue | None = None) -> CommitResult:
     """Commit `history` to `ref`; whenever another writer got there first, rebase onto the ref and retry.
 
     The history's own revisions (their recorded operations) are replayed on the ref's new head, so
-    nobody's entries are lost. After `retries` rebases the ref is still moving: `RefMoved`.
+    nobody's entries are lost. After the first lost race the writer waits its turn in `queue` (when
+    given) and keeps it until it commits; without one it backs off with jitter between tries. After
+    `retries` rebases the ref is still moving: `RefMoved`.
     """
     if type(retries) is not int or retries < 1:
         raise InvalidInput(f"retries must be a positive whole number, not {retries!r}")
     head: ObjectId | None = None
     note = message
-    for _attempt in range(retries):
-        try:
-            return commit_many(store, lineage, {ref: history}, message=note)[0]
-        except NonFastForward:  # RefMoved too: the ref moved on, so build on where it is now
-            with store.transaction() as txn:
-                full = resolve_ref_name(ref, lambda n: txn.get_ref(n) is not None)
-                head = txn.get_ref(full)
-            onto = MessageHistory(source=store, head=hex_or_none(head))
-            history = history.rebase_onto(onto)
-            note = f"{message or 'commit'} (rebased)"
+    with contextlib.ExitStack() as turn:
+        for attempt in range(retries):
+            try:
+                return commit_many(store, lineage, {ref: history}, message=note)[0]
+            except NonFastForward:  # RefMoved too: the ref moved on, so build on where it is now
+                if attempt == 0 and queue is not None:
+                    turn.enter_context(queue.turn())
+                elif queue is None:
+                    _backoff(attempt)
+                with store.transaction() as txn:
+                    full = resolve_ref_name(ref, lambda n: txn.get_ref(n) is not None)
+                    head = txn.get_ref(full)
+                onto = MessageHistory(source=store, head=hex_or_none(head))
+                history = history.rebase_onto(onto)
+                note = f"{message or 'commit'} (rebased)"
     raise RefMoved(f"ref {ref} kept moving; gave up after {retries} rebases; commit again",
                    ref=ref, current=hex_or_none(head))
 

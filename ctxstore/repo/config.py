@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Final
 
 from ..errors import DamagedData, InvalidInput, UnknownRef, UnknownSetting
@@ -50,10 +51,16 @@ class Config:
 
     # -- remotes -------------------------------------------------------------------------------------
     def remote_add(self, name: str, url: str) -> None:
-        """Record a remote (`InvalidInput` if the name is taken or unusable)."""
+        """Record a remote (`InvalidInput` if the name is taken or unusable).
+
+        A URL without a scheme is a local path: it is stored absolute, so the remote is reached the same
+        way from any directory.
+        """
         _check_remote_name(name)
         if not isinstance(url, str) or not url:
             raise InvalidInput(f"remote {name!r} needs a non-empty URL")
+        if "://" not in url:
+            url = os.path.abspath(os.path.expanduser(url))
         with self._store.transaction(write=True) as txn:
             names = _names(txn.get_config(_REMOTE_NAMES))
             if name in names:

@@ -4,41 +4,55 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from ..errors import CtxStoreError, InvalidInput, MissingObject
 from ..format import seq
-from ..format.objects import Entry, parse_object, references
+from ..format.objects import Entry, Revision, parse_object, references
 from ..ids import ObjectId, object_id, to_hex
-from ..refs import reflog_records
+from ..refs import reflog_records, rewrite_reflogs, scan_reflogs
 from ..store.base import Transaction, TransactionalStore
 from .lineage import Lineage, read_object
 from .reports import FsckReport, GcReport, RepoStats
 
-__all__ = ["fsck", "gc", "reachable", "roots", "stats"]
+__all__ = ["Progress", "fsck", "gc", "reachable", "roots", "stats"]
+
+Progress = Callable[[int, int], None]
+"""Called as `progress(done, total)` while a long pass runs (fsck's objects, stats' refs)."""
+_PROGRESS_EVERY = 1024
 
 
-def roots(txn: Transaction) -> tuple[dict[str, ObjectId], set[ObjectId], int]:
-    """Ref heads, every object a ref or reflog entry names, and the number of reflog entries."""
+def roots(txn: Transaction, *, expire_deleted: int | None = None
+          ) -> tuple[dict[str, ObjectId], set[ObjectId], int]:
+    """Ref heads, every object a ref or reflog entry names, and the number of reflog entries.
+
+    With `expire_deleted`, the records of deleted refs' reflogs written at or before that time (ms) are
+    left out: gc drops them. A damaged reflog record raises `DamagedData`.
+    """
     heads = txn.refs("refs/")
     found = set(heads.values())
     count = 0
-    for _name, entry in reflog_records(txn):
+    for name, entry in reflog_records(txn):
+        if expire_deleted is not None and entry.time_ms <= expire_deleted and name not in heads:
+            continue
         count += 1
         found.update(o for o in (entry.old, entry.new) if o is not None)
     return heads, found, count
 
 
 def reachable(txn: Transaction, start: Iterable[ObjectId], marked: set[ObjectId],
-              missing: dict[ObjectId, ObjectId | None] | None = None) -> None:
+              missing: dict[ObjectId, ObjectId | None] | None = None,
+              kinds: dict[ObjectId, type] | None = None) -> None:
     """The one reachability walk: add everything reachable from `start` to `marked`.
 
     Objects already in `marked` are not walked again (gc's second pass only walks what moved). Absent
     ones go to `missing` with a referrer; present but unreadable ones are marked and left for fsck's
-    object pass to report.
+    object pass to report. With `kinds`, the type of each object of `start` read is recorded there.
     """
+    start = list(start)
+    want = set(start) if kinds is not None else set()
     stack: list[tuple[ObjectId, ObjectId | None]] = [(r, None) for r in start if r not in marked]
     while stack:
         oid, referrer = stack.pop()
@@ -60,19 +74,44 @@ def reachable(txn: Transaction, start: Iterable[ObjectId], marked: set[ObjectId]
             obj = read_object(oid, data)
         except CtxStoreError:
             continue
+        if kinds is not None and oid in want:
+            kinds[oid] = type(obj)
         stack.extend((ref, oid) for ref in references(obj) if ref not in marked)
 
 
-def fsck(store: TransactionalStore) -> FsckReport:
-    """Check every object (hash, canonical form, shape) and that refs and reflogs reach only held ones."""
+def _article(kind: type) -> str:
+    name = kind.__name__.lower()
+    return f"an {name}" if name[0] in "aeiou" else f"a {name}"
+
+
+def fsck(store: TransactionalStore, progress: Progress | None = None, *, repair: bool = False) -> FsckReport:
+    """Check every object (hash, canonical form, shape), that refs and reflogs reach only held objects,
+    that each names a revision, and that every reflog record reads.
+
+    Objects are listed and then read one by one, so one that is gone when read was deleted meanwhile (gc
+    deletes only what nothing reaches) and is not damage; everything refs and reflogs reach is read in
+    one snapshot. With `repair`, damaged reflog records are dropped first (the rest are kept, in order)
+    and the report lists what was dropped. `progress(done, total)` is called as objects are checked.
+    """
     report = FsckReport()
-    for oid in store:
-        report.objects += 1
+    if repair:
+        with store.transaction(write=True) as txn:
+            dropped = rewrite_reflogs(txn, lambda _name, record: record is not None)
+        report.repaired = [f"dropped {n} damaged record(s) from the reflog of {name}"
+                           for name, n in dropped.items()]
+    total = len(store) if progress is not None else 0
+    for done, oid in enumerate(store):
+        if progress is not None and done % _PROGRESS_EVERY == 0:
+            progress(done, total)
         try:
             data = store.get(oid)
+        except MissingObject:
+            continue  # deleted since it was listed: gc removed an object nothing reached
         except CtxStoreError as exc:
+            report.objects += 1
             report.problems.append(f"object {to_hex(oid)} cannot be read: {exc}")
             continue
+        report.objects += 1
         report.bytes += len(data)
         actual = object_id(data)
         if actual != oid:
@@ -85,16 +124,31 @@ def fsck(store: TransactionalStore) -> FsckReport:
             continue
         if (fault := seq.chunking_fault(obj)) is not None:
             report.problems.append(f"object {to_hex(oid)}: {fault}")
+    if progress is not None:
+        progress(total, total)
     marked: set[ObjectId] = set()
     missing: dict[ObjectId, ObjectId | None] = {}
+    kinds: dict[ObjectId, type] = {}
+    named: dict[ObjectId, str] = {}  # a root -> who names it, for the type check
     with store.transaction() as txn:
-        try:
-            heads, found, report.reflog_entries = roots(txn)
-        except CtxStoreError as exc:
-            report.problems.append(f"the reflogs cannot be read: {exc}")
-            heads, found = txn.refs("refs/"), set(txn.refs("refs/").values())
+        heads = txn.refs("refs/")
+        for name, oid in heads.items():
+            named.setdefault(oid, f"ref {name}")
+        for name, n, record in scan_reflogs(txn):
+            if record is None:
+                report.problems.append(f"reflog of {name}: record {n} (0 is the newest) is damaged; "
+                                       "`ctxstore fsck --repair` drops it and keeps the rest")
+                continue
+            report.reflog_entries += 1
+            for o in (record.old, record.new):
+                if o is not None:
+                    named.setdefault(o, f"reflog of {name} (record {n})")
         report.refs = len(heads)
-        reachable(txn, found, marked, missing)
+        reachable(txn, named, marked, missing, kinds)
+    for oid, who in named.items():
+        kind = kinds.get(oid)
+        if kind is not None and kind is not Revision:
+            report.problems.append(f"{who} names {to_hex(oid)}, which is {_article(kind)}, not a revision")
     head_set = set(heads.values())
     for name, oid in heads.items():
         if oid in missing:
@@ -103,24 +157,27 @@ def fsck(store: TransactionalStore) -> FsckReport:
         if referrer is not None:
             report.problems.append(f"object {to_hex(oid)} is missing (referenced by {to_hex(referrer)})")
         elif oid not in head_set:
-            report.problems.append(f"object {to_hex(oid)} named by a reflog entry is missing")
+            report.problems.append(f"object {to_hex(oid)} named by the {named[oid]} is missing")
     report.reachable = len(marked)
     report.unreachable = max(0, report.objects - report.reachable)
     return report
 
 
 def gc(store: TransactionalStore, grace: float, now_ms: int) -> GcReport:
-    """Delete objects unreachable from every ref and reflog entry and written more than `grace` s ago.
+    """Delete objects unreachable from every ref and reflog entry and written more than `grace` s ago,
+    after dropping the reflog records of deleted refs older than that (so deleting a ref and running gc
+    with no grace removes what only that ref reached).
 
     Reachability is marked from a read snapshot, then re-checked inside the deleting write transaction
-    from the refs and reflogs as they are then, so a ref moved meanwhile keeps its objects.
+    from the refs and reflogs as they are then, so a ref moved (or recreated) meanwhile keeps its objects.
+    A damaged reflog record stops gc (`DamagedData`) before anything is deleted: what it named is unknown.
     """
     if not isinstance(grace, int | float) or not grace >= 0:
         raise InvalidInput(f"grace must be zero or more seconds, not {grace}")
     cutoff = now_ms - int(grace * 1000)
     marked: set[ObjectId] = set()
     with store.transaction() as txn:
-        reachable(txn, roots(txn)[1], marked)
+        reachable(txn, roots(txn, expire_deleted=cutoff)[1], marked)
     report = GcReport()
     sizes: dict[ObjectId, int] = {}
     for oid in store:
@@ -131,6 +188,10 @@ def gc(store: TransactionalStore, grace: float, now_ms: int) -> GcReport:
             else:
                 report.kept_young += 1
     with store.transaction(write=True) as txn:
+        live = txn.refs("refs/")
+        dropped = rewrite_reflogs(
+            txn, lambda name, record: record is None or name in live or record.time_ms > cutoff)
+        report.reflog_entries_expired = sum(dropped.values())
         reachable(txn, roots(txn)[1], marked)
         doomed = []
         for oid in sizes:
@@ -147,7 +208,8 @@ def gc(store: TransactionalStore, grace: float, now_ms: int) -> GcReport:
     return report
 
 
-def stats(store: TransactionalStore, lineage: Lineage, data_file: Path | None) -> RepoStats:
+def stats(store: TransactionalStore, lineage: Lineage, data_file: Path | None,
+          progress: Progress | None = None) -> RepoStats:
     """Object counts and sizes, bytes on disk, and what every ref's view would cost without sharing.
 
     `data_file` is the store's file on disk, if it has one: its allocated blocks are the disk bytes.
@@ -183,12 +245,16 @@ def stats(store: TransactionalStore, lineage: Lineage, data_file: Path | None) -
         return total
 
     logical = 0
-    for oid in heads.values():
+    for done, oid in enumerate(heads.values()):
+        if progress is not None:
+            progress(done, len(heads))
         try:
             spine = lineage.revision(oid).seq
             logical += sum(tree_size(top) for top, _ in seq.subtrees(spine)) + leaf_size(spine[0])
         except CtxStoreError:
             continue  # a damaged or missing view costs nothing here; fsck reports it
+    if progress is not None:
+        progress(len(heads), len(heads))
     disk = base.file_bytes if data_file is None else _disk_bytes(data_file, base.file_bytes)
     return RepoStats(objects=base.objects, object_bytes=base.object_bytes, stored_bytes=base.stored_bytes,
                      disk_bytes=disk, refs=len(heads), logical_bytes=logical)

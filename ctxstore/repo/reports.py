@@ -71,6 +71,8 @@ class FsckReport:
     reachable: int = 0
     unreachable: int = 0
     problems: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
+    """What `fsck(repair=True)` changed, one line each (dropped damaged reflog records)."""
 
     @property
     def ok(self) -> bool:
@@ -90,6 +92,8 @@ class GcReport:
     bytes: int = 0
     kept_young: int = 0
     reachable: int = 0
+    reflog_entries_expired: int = 0
+    """Reflog records of deleted refs dropped because they were older than the grace period."""
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data."""

@@ -18,17 +18,16 @@ from typing import Final
 
 from ..errors import CtxStoreError, InvalidInput, NotARepository, RepositoryExists, StoreError, UnknownRevision
 from ..format.codec import now_ms as _now_ms
-from ..format.objects import Revision
 from ..history.message_history import MessageHistory
 from ..ids import HexId, ObjectId, from_hex, hex_or_none, to_hex
 from ..pack import plan
 from ..pack.stream import PackSource
-from ..refs import ANY, HEADS, Expected, Refs
+from ..refs import ANY, HEADS, TAGS, Expected, Refs
 from ..store.base import TransactionalStore
 from ..store.lmdb import DEFAULT_MAP_SIZE, LmdbStore
 from ..store.memory import MemoryStore
 from . import commit as _commit
-from . import maintenance, receive
+from . import maintenance, receive, revspec
 from .config import Config
 from .diff import diff as _diff
 from .lineage import Lineage, revision_info
@@ -42,6 +41,7 @@ FORMAT: Final = "ctxstore repository 2\n"
 _FORMAT_FILE = "format"
 _DB_DIR = "db"
 _DATA_FILE = "data.mdb"
+_WRITERS_FILE = "writers.lock"
 
 
 class Repository:
@@ -60,6 +60,8 @@ class Repository:
         self._refs = Refs(store)
         self.config = Config(store)
         self._lineage = Lineage(store)
+        # Writers that lost a race queue on a lock file beside the store (repo/commit.py).
+        self._writers = None if self.path is None else _commit.WriterQueue(self.path / _WRITERS_FILE)
 
     # -- lifecycle -----------------------------------------------------------------------------------
     @classmethod
@@ -172,47 +174,21 @@ class Repository:
                 for r in self._refs.reflog(ref, limit)]
 
     def resolve(self, spec: str) -> HexId:
-        """The revision id (hex) a ref name, full revision id or unique id prefix names.
+        """The revision id (hex) a revision spec names: a ref, a revision id or unique prefix, then steps.
 
-        A ``~N`` suffix walks N parents back (``main~2``). Unknown: `UnknownRevision`.
+        ``main~2`` (two parents back), ``main^`` (one), ``main@{1}`` (where main pointed one move ago);
+        the syntax is in `ctxstore.repo.revspec`. Unknown: `UnknownRevision`; malformed: `InvalidInput`.
         """
-        if not isinstance(spec, str) or not spec:
-            raise InvalidInput(f"not a ref or revision: {spec!r}")
-        base, sep, back = spec.partition("~")
-        steps = 0
-        if sep:
-            if back and not back.isdigit():
-                raise InvalidInput(f"{spec!r}: what follows '~' must be a number of parents")
-            steps = int(back or 1)
-        oid = self._resolve_base(base)
-        for _step in range(steps):
-            parent = self._lineage.parent(oid)
-            if parent is None:
-                raise UnknownRevision(f"{spec!r}: {base} has fewer than {steps} ancestors")
-            oid = parent
-        return to_hex(oid)
+        return to_hex(revspec.resolve(self.store, self._refs, self._lineage, spec))
 
-    def _resolve_base(self, spec: str) -> ObjectId:
-        if _is_hex(spec) and len(spec) == 64:
-            oid = from_hex(spec)
-            if self.store.has(oid):
-                self._lineage.revision(oid)
-                return oid
-        try:
-            found = self._refs.get(spec)
-        except CtxStoreError:
-            found = None
-        if found is not None:
-            return found
-        if _is_hex(spec) and 4 <= len(spec) < 64:
-            matches = [oid for oid in self.store if to_hex(oid).startswith(spec.lower())]
-            revisions = [oid for oid in matches if isinstance(self._lineage.object(oid), Revision)]
-            if len(revisions) == 1:
-                return revisions[0]
-            if len(revisions) > 1:
-                raise UnknownRevision(f"revision prefix {spec!r} is ambiguous ({len(revisions)} revisions "
-                                      "match); give more characters")
-        raise UnknownRevision(f"no ref or revision named {spec!r}; list refs with `ctxstore refs`")
+    def _refuse_tag(self, ref: str) -> None:
+        # A tag names one revision for good: commits move heads only (`set_ref` re-points a tag on purpose).
+        full = self.ref_name(ref)
+        if full.startswith(TAGS):
+            short = full[len(TAGS):]
+            raise InvalidInput(f"{full} is a tag, and tags do not move; fork it to continue the "
+                               f"conversation (`ctxstore fork {short} NEW`) or re-point it with "
+                               f"`ctxstore tag -f {short} REV`")
 
     # -- histories -----------------------------------------------------------------------------------
     def history(self, ref_or_revision: str) -> MessageHistory:
@@ -222,7 +198,9 @@ class Repository:
         except CtxStoreError:
             oid = None  # not a valid ref name: maybe a revision id
         if oid is None:
-            if _is_hex(ref_or_revision) and len(ref_or_revision) >= 4:
+            if revspec.is_expression(ref_or_revision):
+                return MessageHistory(source=self.store, head=self.resolve(ref_or_revision))
+            if _is_hex(ref_or_revision) and len(ref_or_revision) >= revspec.MIN_PREFIX:
                 try:
                     oid = from_hex(self.resolve(ref_or_revision))
                 except UnknownRevision:
@@ -242,14 +220,17 @@ class Repository:
         ``force=True`` (the old head stays in the reflog). With `rebase`, `RefMoved` after `retries`
         rebases. Returns the move: ref, old head, new head (not the history's head after a rebase).
         """
+        self._refuse_tag(ref)
         if rebase and not force:
             return _commit.commit_rebasing(self.store, self._lineage, ref, history, message=message,
-                                           retries=retries)
+                                           retries=retries, queue=self._writers)
         return _commit.commit_many(self.store, self._lineage, {ref: history}, force=force, message=message)[0]
 
     def commit_many(self, updates: Mapping[str, MessageHistory], *, force: bool = False,
                     message: str = "") -> list[CommitResult]:
         """`commit` several refs in one transaction: every ref moves, or none does. Moves in the order given."""
+        for ref in updates:
+            self._refuse_tag(ref)
         return _commit.commit_many(self.store, self._lineage, updates, force=force, message=message)
 
     def rebase(self, history: MessageHistory, onto: str) -> MessageHistory:
@@ -260,9 +241,10 @@ class Repository:
                retries: int = _commit.REBASES) -> CommitResult:
         """Append entries (messages or entry inputs) to a ref as one revision and commit it, rebasing
         when another writer got there first (`RefMoved` after `retries` rebases)."""
+        self._refuse_tag(ref)
         history = self.history(ref).extend(list(entries))
         return _commit.commit_rebasing(self.store, self._lineage, ref, history,
-                                       message=message or "append", retries=retries)
+                                       message=message or "append", retries=retries, queue=self._writers)
 
     def iter_revisions(self, ref_or_revision: str, limit: int | None = None) -> Iterator[RevisionInfo]:
         """The revisions from a ref's head back to the root, newest first, with hex ids."""
@@ -326,9 +308,24 @@ class Repository:
         return receive.unpack(self.store, stream, raw)
 
     # -- integrity -----------------------------------------------------------------------------------
-    def fsck(self) -> FsckReport:
-        """Check every object (hash, canonical form, shape) and that refs and reflogs reach only held ones."""
-        return maintenance.fsck(self.store)
+    def fsck(self, progress: Callable[[int, int], None] | None = None, *, repair: bool = False) -> FsckReport:
+        """Check every object (hash, canonical form, shape) and that refs and reflogs reach only held ones.
+
+        `progress(done, total)`, when given, is called as objects are checked. With `repair`, reflog
+        records that cannot be read are dropped first (the rest kept); `report.repaired` says what went.
+        """
+        return maintenance.fsck(self.store, progress, repair=repair)
+
+    def expire_reflogs(self, ref: str | None = None, *, older_than: float | None = None) -> dict[str, int]:
+        """Drop reflog records older than `older_than` seconds (None: all of them) and damaged ones, of
+        `ref` (a deleted ref's too, by full name) or of every ref; returns the records dropped by ref.
+
+        What only those records reached is then unreachable: ``gc(grace=0)`` deletes it for good.
+        """
+        if older_than is not None and (not isinstance(older_than, int | float) or not older_than >= 0):
+            raise InvalidInput(f"older_than must be zero or more seconds, not {older_than!r}")
+        before = None if older_than is None else self._clock() - int(older_than * 1000)
+        return self._refs.expire_reflogs(ref, before_ms=None if before is None else max(before, 0))
 
     def gc(self, grace: float = 14 * 24 * 3600.0) -> GcReport:
         """Delete objects unreachable from every ref and reflog entry and written more than `grace` s ago.
@@ -338,10 +335,13 @@ class Repository:
         """
         return maintenance.gc(self.store, grace, self._clock())
 
-    def stats(self) -> RepoStats:
-        """Object counts and sizes, bytes on disk, and what every ref's view would cost without sharing."""
+    def stats(self, progress: Callable[[int, int], None] | None = None) -> RepoStats:
+        """Object counts and sizes, bytes on disk, and what every ref's view would cost without sharing.
+
+        `progress(done, total)`, when given, is called as refs are measured.
+        """
         data_file = None if self.path is None else self.path / _DB_DIR / _DATA_FILE
-        return maintenance.stats(self.store, self._lineage, data_file)
+        return maintenance.stats(self.store, self._lineage, data_file, progress)
 
 
 def _is_hex(text: str) -> bool:

@@ -64,6 +64,11 @@ class ObjectStore(ObjectSource, Protocol):
         """Store objects (id, canonical bytes) in one batch; returns how many were new."""
         ...
 
+    def get_many(self, oids: Iterable[ObjectId]) -> list[bytes]:
+        """The canonical bytes of objects, in the order given, read as one batch under one consistent
+        view (no per-object transaction or lock); `MissingObject` if one is absent."""
+        ...
+
     def delete_many(self, oids: Iterable[ObjectId]) -> int:
         """Delete objects; returns how many were there."""
         ...
@@ -306,12 +311,17 @@ class Transaction:
         insert is the only search of the index it needs.
         """
         w = self._writeset()
+        held, deleted = w.objects, w.deleted
         for oid, data in objects:
-            check_oid(oid)
-            if not isinstance(data, bytes | bytearray | memoryview):
-                raise InvalidInput(f"object {to_hex(oid)}: data must be bytes, not {type(data).__name__}")
-            w.deleted.discard(oid)
-            w.objects[oid] = data if type(data) is bytes else bytes(data)
+            if type(oid) is not bytes or len(oid) != OID_SIZE:
+                check_oid(oid)  # raises, saying what is wrong
+            if type(data) is not bytes:
+                if not isinstance(data, bytearray | memoryview):
+                    raise InvalidInput(f"object {to_hex(oid)}: data must be bytes, not {type(data).__name__}")
+                data = bytes(data)
+            if deleted:
+                deleted.discard(oid)
+            held[oid] = data
 
     def delete_objects(self, oids: Iterable[ObjectId]) -> int:
         """Delete objects; returns how many were held."""

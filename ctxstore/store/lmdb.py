@@ -11,28 +11,46 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import lmdb
 import zstandard
 
-from ..errors import EncodingError, MissingObject, NotARepository, StoreError
-from ..format import codec
+from ..errors import CtxStoreError, DamagedData, EncodingError, MissingObject, NotARepository, StoreError
+from ..format import codec, seq
+from ..format.codec import check_time_ms
 from ..format.codec import now_ms as _now_ms
-from ..ids import OID_SIZE, ObjectId, to_hex
+from ..format.objects import Revision, SeqNode, parse_object
+from ..ids import OID_SIZE, ObjectId, object_id, to_hex
 from . import records as rec
+from . import revisions
 from .base import BatchWrites, StoreStats, Transaction, WriteSet, check_oid
 from .lmdb_env import Environment, acquire, release
+from .revisions import DELTA
 
-__all__ = ["DEFAULT_MAP_SIZE", "DICT_MAX_OBJECT", "LmdbStore"]
+__all__ = ["AUTO_DICT_OBJECTS", "DEFAULT_MAP_SIZE", "DICT_MAX_OBJECT", "LmdbStore"]
 
 DEFAULT_MAP_SIZE = 64 * 1024 * 1024
 """Initial map size for a new store; it grows when full (LMDB's map is address space, not disk)."""
 DICT_MAX_OBJECT = 64 * 1024
 """Objects up to this size are compressed with the trained dictionary; larger ones gain nothing from it."""
+AUTO_DICT_OBJECTS = 512
+"""Objects a store holds when a commit first trains a compression dictionary (`auto_dictionary`)."""
+DICT_SIZE = 32 * 1024
+"""Bytes of a trained compression dictionary."""
+DICT_MIN_GAIN = 0.05
+"""A trained dictionary is kept only if it shrinks held-out objects by this much more than plain zstd."""
+WRITE_SET_SAMPLES = 2000
+"""Objects of a large first commit a dictionary is trained on (more gain little and cost more time)."""
+RECOMPRESS_OBJECTS = 8 * AUTO_DICT_OBJECTS
+"""A store holding at most this many objects rewrites them with its first dictionary (a recorded chat);
+a larger one keeps their encoding (a rewrite costs a decode and a compression per object)."""
 _ITER_BATCH = 4096
+_TRAIN_AT: dict[str, int] = {}
+_REVISIONS = revisions.RevisionCache()
+"""Revisions this process rebuilt or wrote lately, shared by its stores (ids are content hashes)."""
 
 
 class _Records:
@@ -60,7 +78,130 @@ class _Records:
 
     def get(self, oid: ObjectId) -> bytes | None:
         value = self.find(oid)
-        return None if value is None else self.decode(oid, value)
+        return None if value is None else self.canonical(oid, value)
+
+    def get_many(self, oids: Iterable[ObjectId]) -> list[bytes]:
+        """`get` of many objects in order (a render reads a whole view), with the record lookups inlined;
+        `MissingObject` names the first one absent."""
+        get, objs = self._t.get, self._dbs[rec.OBJECTS]
+        key_size, tail, head = rec.KEY_SIZE, rec.TIME_SIZE, rec.HEAD_SIZE
+        canonical, unpack = self.canonical, codec.decompressor(self._e.dicts)
+        out: list[bytes] = []
+        for oid in oids:
+            if type(oid) is not bytes or len(oid) != OID_SIZE:
+                check_oid(oid)  # raises, saying what is wrong
+            record = get(oid[:key_size], db=objs)
+            if record is None or record[tail:head] != oid[key_size:]:
+                raise MissingObject(f"object {to_hex(oid)} is not in the store")
+            value = record[head:]
+            if value[0] == DELTA:
+                out.append(canonical(oid, value))
+                continue
+            try:
+                data = unpack(value)
+            except EncodingError:
+                data = self.decode(oid, value)  # loads a dictionary another process trained, or says why not
+            if object_id(data) != oid:
+                raise DamagedData(f"stored object {to_hex(oid)} is corrupt: its bytes do not hash to its id "
+                                  "(changed on disk or written under the wrong id); run `ctxstore fsck`")
+            out.append(data)
+        return out
+
+    def canonical(self, oid: ObjectId, value: bytes) -> bytes:
+        """An object's canonical bytes from its stored value, checked against its id."""
+        if value[0] == DELTA:
+            known = _REVISIONS.encoded(oid)
+            if known is not None:
+                return known[0]  # checked against its id when it was cached
+            rev = self.revision(oid, value)
+            parent = _REVISIONS.encoded(rev.parent) if rev.parent is not None else None
+            encoded = revisions.checked(oid, rev, None if parent is None else parent[1])
+            _REVISIONS.put(oid, rev, encoded)
+            return encoded[0]
+        data = self.decode(oid, value)
+        if object_id(data) != oid:
+            raise DamagedData(f"stored object {to_hex(oid)} is corrupt: its bytes do not hash to its id "
+                              "(changed on disk or written under the wrong id); run `ctxstore fsck`")
+        return data
+
+    def revision(self, oid: ObjectId, value: bytes) -> Revision:
+        """The revision a stored delta stands for, rebuilt from the checkpoint (or the cached revision)
+        its chain leads back to. The caller checks the result by hashing it."""
+        chain: list[tuple[ObjectId, revisions.Delta]] = []
+        at, held = oid, value
+        while True:
+            base = _REVISIONS.get(at)
+            if base is not None:
+                break
+            if held[0] != DELTA:
+                obj = parse_object(self.canonical(at, held), trusted=True)
+                if not isinstance(obj, Revision):
+                    raise DamagedData(f"revision {to_hex(oid)} is stored as an append onto {to_hex(at)}, "
+                                      "which is not a revision; run `ctxstore fsck`")
+                base = obj
+                _REVISIONS.put(at, base)
+                break
+            delta = revisions.parse_delta(at, held)[1]
+            chain.append((at, delta))
+            parent = self.find(delta[0])
+            if parent is None or len(chain) > revisions.MAX_CHAIN:
+                raise DamagedData(f"revision {to_hex(oid)} is stored as an append onto {to_hex(delta[0])}, "
+                                  "which is missing; run `ctxstore fsck`")
+            at, held = delta[0], parent
+        for at, delta in reversed(chain):
+            base = revisions.rebuild(base, delta)
+            _REVISIONS.put(at, base)
+        return base
+
+    def delta_value(self, oid: ObjectId, data: bytes, w: WriteSet, depths: dict[ObjectId, int]) -> bytes | None:
+        """The stored value of an append revision as a delta on its parent, or None to store it whole.
+
+        Whole when its append closed a leaf (a checkpoint at the spine's shortest), when the chain would
+        pass `MAX_CHAIN`, when the parent is not at hand, or when the rule does not rebuild its bytes.
+        """
+        delta = revisions.delta_of(data)
+        if delta is None:
+            return None
+        parent_oid = delta[0]
+        if revisions.closes_leaf(delta):
+            depths[oid] = 0
+            return None  # a checkpoint: not worth rebuilding its spine to find that out
+        depth = depths.get(parent_oid)
+        held = None
+        if depth is None:
+            held = self.find(parent_oid)
+            if held is None:
+                return None
+            depth = held[1] if held[0] == DELTA else 0
+        depths[oid] = 0
+        parent = _REVISIONS.get(parent_oid)
+        if parent is None:
+            written = w.objects.get(parent_oid)
+            try:
+                obj = (parse_object(written, trusted=True) if written is not None
+                       else self.revision(parent_oid, held or b""))
+            except CtxStoreError:
+                return None
+            if not isinstance(obj, Revision):
+                return None
+            parent = obj
+        closed: list[SeqNode] = []
+
+        def put(node: SeqNode) -> ObjectId:
+            closed.append(node)
+            return seq.node_id(node)
+
+        rebuilt = revisions.rebuild(parent, delta, put)
+        known = _REVISIONS.encoded(parent_oid)
+        made, levels = revisions.revision_bytes(rebuilt, None if known is None else known[1])
+        if made != data:
+            return None
+        # Kept with its bytes only if they hash to the id it is written under, as every read checks.
+        _REVISIONS.put(oid, rebuilt, (data, levels) if object_id(data) == oid else None)
+        if closed or depth >= revisions.MAX_CHAIN:
+            return None
+        depths[oid] = depth + 1
+        return revisions.delta_value(delta, depth + 1)
 
     def has(self, oid: ObjectId) -> bool:
         return self.record(oid) is not None
@@ -175,21 +316,34 @@ class _Records:
 
     # -- writing ------------------------------------------------------------------------------------------
 
-    def apply(self, w: WriteSet, now_ms: int) -> None:
-        """Write a transaction's buffered writes (the caller commits)."""
+    def prepare(self, w: WriteSet, now_ms: int, dict_id: int,
+                dictionary: zstandard.ZstdCompressionDict | None) -> list[tuple[ObjectId, bytes]]:
+        """The record of each object a transaction writes (its value compressed, or a delta), made once:
+        a commit retried after the map grew writes the same records again."""
+        time = now_ms.to_bytes(rec.TIME_SIZE, "big")
+        depths: dict[ObjectId, int] = {}
+        out: list[tuple[ObjectId, bytes]] = []
+        small, large = rec.packer(dictionary, dict_id), rec.packer(None, 0)
+        record, may_be_delta = rec.object_record, revisions.may_be_delta
+        for oid, data in w.objects.items():
+            value = self.delta_value(oid, data, w, depths) if may_be_delta(data) else None
+            if value is None:
+                value = small(data) if len(data) <= DICT_MAX_OBJECT else large(data)
+            out.append((oid, record(oid, time, value)))
+        return out
+
+    def apply(self, w: WriteSet, now_ms: int, prepared: list[tuple[ObjectId, bytes]]) -> None:
+        """Write a transaction's buffered writes, its objects as `prepare` made them (the caller commits)."""
         txn, dbs = self._t, self._dbs
         objs = dbs[rec.OBJECTS]
-        time = now_ms.to_bytes(rec.TIME_SIZE, "big")
         for oid in w.deleted:
             if self.record(oid) is not None:
                 txn.delete(rec.object_key(oid), db=objs)
-        if w.objects:
-            dict_id = self.current_dict()
-            dictionary = self._e.dicts.get(dict_id)
-            put = txn.put
-            for oid, data in w.objects.items():
-                value = rec.stored_value(data, dictionary if len(data) <= DICT_MAX_OBJECT else None, dict_id)
-                if not put(rec.object_key(oid), rec.object_record(oid, time, value), db=objs, overwrite=False):
+        if prepared:
+            time = now_ms.to_bytes(rec.TIME_SIZE, "big")
+            put, key = txn.put, rec.object_key
+            for oid, record in prepared:
+                if not put(key(oid), record, db=objs, overwrite=False):
                     self._restamp(oid, time)
         _set_or_delete(txn, dbs[rec.REFS], w.refs)
         reflog = dbs[rec.REFLOG]
@@ -221,11 +375,53 @@ class _Records:
         if held[:rec.TIME_SIZE] != time:
             self._t.put(key, rec.restamped(held, time), db=self._dbs[rec.OBJECTS])
 
+    def recompress(self, dict_id: int, dictionary: zstandard.ZstdCompressionDict) -> None:
+        """Rewrite every small stored value that `dictionary` shrinks with it (write times kept)."""
+        objs = self._dbs[rec.OBJECTS]
+        rewritten: list[tuple[bytes, bytes]] = []
+        for key, record in self._t.cursor(db=objs):
+            value = rec.record_value(record)
+            if value[0] not in (codec.RAW, codec.ZSTD) or rec.canonical_size(value) > DICT_MAX_OBJECT:
+                continue
+            oid = rec.record_id(key, record)
+            better = rec.stored_value(self.decode(oid, value), dictionary, dict_id)
+            if len(better) < len(value):
+                rewritten.append((bytes(key), bytes(record[:rec.HEAD_SIZE]) + better))
+        for key, record in rewritten:
+            self._t.put(key, record, db=objs)
+
     def put_dict(self, data: bytes) -> int:
         """Store a new zstd dictionary under the next id, which is returned."""
         dict_id = self.current_dict() + 1
         self._t.put(rec.dict_key(dict_id), data, db=self._dbs[rec.DICTS])
         return dict_id
+
+
+def _write_samples(w: WriteSet) -> list[bytes]:
+    """A random sample of the objects a write set holds that a dictionary could compress."""
+    values = [d for d in w.objects.values() if len(d) <= DICT_MAX_OBJECT]
+    if len(values) > WRITE_SET_SAMPLES:
+        values = random.Random(len(values)).sample(values, WRITE_SET_SAMPLES)
+    return values
+
+
+def _trained(picked: list[bytes], dict_size: int, min_gain: float) -> bytes | None:
+    """A zstd dictionary trained on four fifths of `picked` if it shrinks the other fifth by `min_gain`
+    more than plain zstd does, else None."""
+    if len(picked) < 64:
+        return None
+    picked = list(picked)
+    random.Random(len(picked)).shuffle(picked)
+    held_out = picked[: max(len(picked) // 5, 16)]
+    try:
+        trained = zstandard.train_dictionary(dict_size, list[bytes | bytearray | memoryview](picked[len(held_out):]))
+    except zstandard.ZstdError:
+        return None  # too few or too uniform samples: nothing to gain
+    data = trained.as_bytes()
+    plain = sum(len(codec.compress(d)) for d in held_out)
+    candidate = zstandard.ZstdCompressionDict(data)
+    with_dict = sum(len(codec.compress(d, dictionary=candidate, dict_id=1)) for d in held_out)
+    return None if with_dict > plain * (1 - min_gain) else data
 
 
 def _set_or_delete(txn: lmdb.Transaction[bytes], db: lmdb._Database,
@@ -243,6 +439,7 @@ class _Options:
     map_size: int
     durable: bool
     readonly: bool
+    auto_dictionary: bool
 
 
 class LmdbStore(BatchWrites):
@@ -254,12 +451,14 @@ class LmdbStore(BatchWrites):
     (and, on file systems that reorder writes, damage the store), and `sync()` flushes. One process
     shares one LMDB environment per path between all its stores; the first store opened decides the
     environment's sync mode, and a durable store on an environment opened non-durable flushes after
-    each of its commits. A store in an older record layout is refused with `NotARepository`.
+    each of its commits. A store in an older record layout is refused with `NotARepository`. With
+    `auto_dictionary` (the default) a commit that finds the store holding `AUTO_DICT_OBJECTS` objects
+    and no compression dictionary trains one (`train_dictionary(recompress=True)`).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE,
                  durable: bool = True, readonly: bool = False,
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None, auto_dictionary: bool = True) -> None:
         path = os.fspath(path)
         if readonly and not os.path.isdir(path):
             raise NotARepository(f"no store at {path}; create it by opening it without readonly=True")
@@ -271,7 +470,7 @@ class LmdbStore(BatchWrites):
         if map_size < 1 << 12:
             map_size = 1 << 12
         self.path = os.path.realpath(path)
-        self._opts = _Options(map_size, durable, readonly)
+        self._opts = _Options(map_size, durable, readonly, auto_dictionary)
         self._clock = clock or _now_ms
         self._env: Environment | None = acquire(self.path, map_size, durable, readonly)
 
@@ -356,14 +555,56 @@ class LmdbStore(BatchWrites):
 
     def _commit(self, env: Environment, txn: Transaction, ltxn: lmdb.Transaction[bytes]) -> None:
         w = txn.pending_writes()
-        now = self._clock()
+        now = check_time_ms(self._clock(), "the store's clock")
+        auto = self._opts.auto_dictionary and bool(w.objects)
+        # Made by the first attempt and kept for a retry after the map grew: the records, and a dictionary
+        # trained on the write set (stored again by the retry, under the id the records name).
+        prepared: list[tuple[ObjectId, bytes]] = []
+        trained: list[tuple[int, zstandard.ZstdCompressionDict | None]] = []
+        due: list[int] = []
 
         def body(t: lmdb.Transaction[bytes]) -> None:
-            if w:
-                _Records(env, t).apply(w, now)
+            if not w:
+                return
+            records = _Records(env, t)
+            dict_id = records.current_dict()
+            dictionary = env.dicts.get(dict_id)
+            if auto and dict_id == 0 and len(w.objects) >= AUTO_DICT_OBJECTS:
+                if not trained:
+                    data = _trained(_write_samples(w), DICT_SIZE, DICT_MIN_GAIN)
+                    trained.append((0, None if data is None else zstandard.ZstdCompressionDict(data)))
+                made_id, made = trained[0]
+                if made is not None:
+                    dict_id, dictionary = records.put_dict(made.as_bytes()), made
+                    if dict_id != made_id:  # first attempt, or another process trained one meanwhile
+                        trained[0] = (dict_id, made)
+                        prepared.clear()
+                    if records.count() <= RECOMPRESS_OBJECTS:
+                        records.recompress(dict_id, made)
+            if w.objects and not prepared:
+                prepared[:] = records.prepare(w, now, dict_id, dictionary)
+            records.apply(w, now, prepared)
+            if auto and not trained:
+                held = records.count()
+                if held >= _TRAIN_AT.get(self.path, AUTO_DICT_OBJECTS) and records.current_dict() == 0:
+                    due[:] = [held]
 
         env.run_write(body, need=w.size_hint(), sync=self._opts.durable and bool(w), first=ltxn,
                       still_valid=lambda t: txn.rebind(_Records(env, t)))
+        if trained:
+            dict_id, made = trained[0]
+            if made is None:
+                _TRAIN_AT[self.path] = len(w.objects) * 8
+            else:
+                # Only now: a dictionary cached under an id that never committed could shadow another's.
+                env.dicts.setdefault(dict_id, made)
+        if due:
+            # Small objects (chat messages) compress 1.1-1.6x alone and several times better with a
+            # dictionary trained on their like; the attempt is repeated as the store grows eightfold.
+            # A commit that brings enough objects trains on them before writing them (above); one that
+            # does not trains here on what the store holds, rewriting it while the store is small.
+            _TRAIN_AT[self.path] = due[0] * 8
+            self.train_dictionary(recompress=due[0] <= RECOMPRESS_OBJECTS)
 
     @contextmanager
     def _reading(self) -> Iterator[_Records]:
@@ -384,6 +625,12 @@ class LmdbStore(BatchWrites):
         if data is None:
             raise MissingObject(f"object {to_hex(oid)} is not in the store")
         return data
+
+    def get_many(self, oids: Iterable[ObjectId]) -> list[bytes]:
+        """The canonical bytes of objects, in order, all read under one read transaction (one hold of
+        the environment's lock, not one per object); `MissingObject` names the first one absent."""
+        with self._reading() as records:
+            return records.get_many(oids)
 
     def has(self, oid: ObjectId) -> bool:
         """Whether the object is held."""
@@ -449,46 +696,38 @@ class LmdbStore(BatchWrites):
         with self._reading() as records:
             return records.current_dict()
 
-    def train_dictionary(self, *, samples: int = 4000, dict_size: int = 32 * 1024,
-                         min_gain: float = 0.05) -> int | None:
+    def train_dictionary(self, *, samples: int = 4000, dict_size: int = DICT_SIZE,
+                         min_gain: float = DICT_MIN_GAIN, recompress: bool = False) -> int | None:
         """Train a zstd dictionary on stored objects and compress new writes with it if it helps.
 
         Samples up to `samples` objects of at most 64 KiB (object ids are hashes, so the first ones in
         key order are a random sample), trains on four fifths and measures the rest. If the dictionary
         saves less than `min_gain` of the compressed size it is not kept and None is returned;
         otherwise it is stored under a new id, which is returned. Values already stored keep their
-        encoding and keep decoding.
+        encoding and keep decoding; with `recompress`, those the dictionary shrinks are rewritten with it
+        in the same transaction (keeping their write times), as the automatic training does.
         """
         if self._opts.readonly:
             raise StoreError(f"the store at {self.path} was opened read-only; open it without "
                              "readonly=True to train a dictionary")
-        picked: list[bytes | bytearray | memoryview] = []
+        picked: list[bytes] = []
         with self._reading() as records:
             for oid, value in records.values():
-                if rec.canonical_size(value) <= DICT_MAX_OBJECT:
+                if value[0] != DELTA and rec.canonical_size(value) <= DICT_MAX_OBJECT:
                     picked.append(records.decode(oid, value))
                     if len(picked) >= samples:
                         break
-        if len(picked) < 64:
-            return None
-        random.Random(len(picked)).shuffle(picked)
-        held_out = [bytes(d) for d in picked[: max(len(picked) // 5, 16)]]
-        training = picked[len(held_out):]
-        try:
-            trained = zstandard.train_dictionary(dict_size, training)
-        except zstandard.ZstdError:
-            return None  # too few or too uniform samples: nothing to gain
-        plain = sum(len(codec.compress(d)) for d in held_out)
-        candidate = zstandard.ZstdCompressionDict(trained.as_bytes())
-        with_dict = sum(len(codec.compress(d, dictionary=candidate, dict_id=1)) for d in held_out)
-        if with_dict > plain * (1 - min_gain):
+        data = _trained(picked, dict_size, min_gain)
+        if data is None:
             return None
         env = self.environment
-        data = trained.as_bytes()
         stored: list[int] = []
 
         def store(ltxn: lmdb.Transaction[bytes]) -> None:
-            stored[:] = [_Records(env, ltxn).put_dict(data)]
+            records = _Records(env, ltxn)
+            stored[:] = [records.put_dict(data)]
+            if recompress:
+                records.recompress(stored[0], zstandard.ZstdCompressionDict(data))
 
         env.run_write(store, need=len(data), sync=self._opts.durable)
         env.dicts.setdefault(stored[0], zstandard.ZstdCompressionDict(data))

@@ -11,6 +11,7 @@ read them. Only this module and `lmdb` (the backend) import the third-party `lmd
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -22,17 +23,78 @@ import zstandard
 from ..errors import NotARepository, StoreError
 from .records import DATABASES, OLD_DATABASES
 
-__all__ = ["MAX_READERS", "Environment", "SharedLock", "acquire", "release", "store_error"]
+__all__ = ["MAX_READERS", "Environment", "SharedLock", "acquire", "disk_full", "disk_full_error", "release",
+           "store_error"]
 
 MAX_READERS = 1022
 """Reader slots: one per concurrent read transaction across all processes (lock file grows 64 B each)."""
 _GROW_STEP_LIMIT = 4 * 1024**3
+_LOCK_FILE = "lock.mdb"
+_LOCK_FILE_BYTES = (MAX_READERS + 2) * 64
+"""LMDB's lock file for `MAX_READERS` slots: a 192-byte header and 64 bytes per further reader."""
+_FULL_BELOW = 256 * 1024
+"""Free bytes under which a failed write is put down to a full disk."""
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def disk_full(path: str) -> bool:
+    """Whether the file system holding `path` (or its nearest existing parent) has next to no room left."""
+    probe = path
+    while probe and not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    try:
+        st = os.statvfs(probe or ".")
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < _FULL_BELOW
+
+
+def disk_full_error(path: str, doing: str) -> StoreError:
+    """The `StoreError` for a write that found no space left on the disk holding `path`."""
+    return StoreError(f"the disk is full (no space left on device) while {doing} in {path}; free some space "
+                      "and retry: nothing stored was changed")
 
 
 def store_error(exc: lmdb.Error, path: str, doing: str) -> StoreError:
-    """The `StoreError` for an LMDB failure while `doing` something to the store at `path`."""
+    """The `StoreError` for an LMDB failure while `doing` something to the store at `path`.
+
+    LMDB reports a full disk as ENOSPC or, from a failed flush, as EIO: either is named as a full disk
+    when the file system has next to no space left.
+    """
+    text = str(exc)
+    if "No space left" in text or "Disk quota" in text or disk_full(path):
+        return disk_full_error(path, doing)
     return StoreError(f"LMDB failed while {doing} in {path}: {exc}; check disk space and permissions, "
                       "and run `ctxstore fsck` if it persists")
+
+
+def _allocate_lock_file(path: str, readonly: bool) -> None:
+    """Give LMDB's lock file real blocks before LMDB maps it.
+
+    LMDB makes the lock file with ftruncate, which allocates nothing, then writes to it through a shared
+    map: on a full disk the first write to the map kills the process with SIGBUS. Allocating the blocks
+    here turns that into a `StoreError` saying the disk is full. (The data file is written with pwrite,
+    whose ENOSPC LMDB reports as an error.) Other failures are left for LMDB to report.
+    """
+    try:
+        if not readonly:
+            os.makedirs(path, exist_ok=True)
+        fd = os.open(os.path.join(path, _LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno in _NO_SPACE:
+            raise disk_full_error(path, "making LMDB's lock file") from None
+        return  # absent directory, read-only file system, permissions: LMDB says which
+    try:
+        if os.fstat(fd).st_blocks * 512 < _LOCK_FILE_BYTES or os.fstat(fd).st_size < _LOCK_FILE_BYTES:
+            os.posix_fallocate(fd, 0, _LOCK_FILE_BYTES)
+    except OSError as exc:
+        if exc.errno in _NO_SPACE:
+            raise disk_full_error(path, "making LMDB's lock file") from None
+    finally:
+        os.close(fd)
 
 
 class SharedLock:
@@ -113,6 +175,7 @@ class Environment:
         if os.path.exists(data_file):
             # Start at least as large as the file so reopening a big store does not grow step by step.
             map_size = max(map_size, os.path.getsize(data_file))
+        _allocate_lock_file(path, readonly)
         try:
             self.env = lmdb.open(path, map_size=map_size, subdir=True, readonly=readonly, create=not readonly,
                                  max_dbs=len(DATABASES) + 2, max_readers=MAX_READERS, sync=durable,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from ..errors import MissingObject, StoreError
@@ -114,6 +114,19 @@ class MemoryStore(BatchWrites):
         """Bytes the object occupies: its canonical size (nothing is compressed in memory)."""
         check_oid(oid)
         return len(self.get(oid))
+
+    def get_many(self, oids: Iterable[ObjectId]) -> list[bytes]:
+        """The canonical bytes of objects, in order, read under one hold of the store's lock."""
+        self._check_open()
+        out: list[bytes] = []
+        with self._lock:
+            held = self._objects
+            for oid in oids:
+                data = held.get(check_oid(oid))
+                if data is None:
+                    raise MissingObject(f"object {to_hex(oid)} is not in the store")
+                out.append(data)
+        return out
 
     def stats(self) -> StoreStats:
         """Object count and sizes; in memory, stored and canonical sizes are the same."""

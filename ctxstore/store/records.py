@@ -7,7 +7,8 @@ is written down in one place. docs/storage.md draws the same table.
 database   key                                 value
 =========  ==================================  ==================================================
 objs       first 16 bytes of the object id     write time (ms, 6 bytes BE), last 16 bytes of the id,
-                                               codec byte + (raw | zstd | dict id + zstd) bytes
+                                               codec byte + (raw | zstd | dict id + zstd |
+                                               append delta, see `revisions`) bytes
 refs       ref name (UTF-8)                    object id (32 raw bytes)
 reflog     ref name, NUL, sequence (8 bytes)   a record (the refs layer encodes it)
 config     key (UTF-8)                         bytes
@@ -17,10 +18,13 @@ dicts      dictionary id (4 bytes BE)          a zstd dictionary; the highest id
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import zstandard
 
 from ..format import codec
 from ..ids import OID_SIZE, ObjectId
+from .revisions import DELTA, parse_delta
 
 __all__ = [
     "CONFIG",
@@ -49,6 +53,7 @@ __all__ = [
     "reflog_prefix",
     "reflog_seq",
     "restamped",
+    "packer",
     "stored_value",
     "value_dict_id",
 ]
@@ -79,6 +84,7 @@ _DICT_ID_SIZE = 4
 
 _RAW = bytes([codec.RAW])
 _ID_HEADER = b"\x58\x20"  # the CBOR head of a 32-byte byte string: an object id inside an object
+_ENTRY_START = b"\x62id"  # an entry's first key in canonical order
 
 
 # -- objects -------------------------------------------------------------------------------------------
@@ -124,9 +130,12 @@ def _incompressible(data: bytes, with_dictionary: bool) -> bool:
     Objects that are mostly ids (a seq node above the leaves) are mostly random bytes, and without a
     trained dictionary a small object (the entry of a short message) gains nothing after the frame's
     overhead. A leaf, whose entry ids share long prefixes, is about half ids and compresses to
-    about 60%: it is still tried.
+    about 60%: it is still tried. Entries (a map whose first key is ``id``) are not counted: they are
+    most of what a store holds, and their ids are only those of their blobs.
     """
-    return (len(data) < 256 and not with_dictionary) or 34 * data.count(_ID_HEADER) >= 0.6 * len(data)
+    if len(data) < 256 and not with_dictionary:
+        return True
+    return data[1:4] != _ENTRY_START and 34 * data.count(_ID_HEADER) >= 0.6 * len(data)
 
 
 def canonical_size(value: bytes) -> int:
@@ -134,6 +143,8 @@ def canonical_size(value: bytes) -> int:
     codec_byte = value[0]
     if codec_byte == codec.RAW:
         return len(value) - 1
+    if codec_byte == DELTA:
+        return parse_delta(ObjectId(b"\0" * OID_SIZE), value)[1][4]
     frame = value[1:] if codec_byte == codec.ZSTD else value[1 + _DICT_ID_SIZE:]
     try:
         size = zstandard.frame_content_size(bytes(frame[:18]))
@@ -149,6 +160,17 @@ def stored_value(data: bytes, dictionary: zstandard.ZstdCompressionDict | None, 
     if dictionary is not None:
         return codec.compress(data, dictionary=dictionary, dict_id=dict_id)
     return codec.compress(data)
+
+
+def packer(dictionary: zstandard.ZstdCompressionDict | None, dict_id: int) -> Callable[[bytes], bytes]:
+    """`stored_value` with its dictionary fixed, for the many objects of one commit."""
+    frame = codec.compressor(dictionary=dictionary, dict_id=dict_id)
+    with_dictionary = dictionary is not None
+
+    def pack(data: bytes) -> bytes:
+        return _RAW + data if _incompressible(data, with_dictionary) else frame(data)
+
+    return pack
 
 
 def value_dict_id(value: bytes) -> int | None:

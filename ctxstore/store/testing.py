@@ -169,6 +169,21 @@ class StoreConformance:
         assert not store.has(oid)
         assert oid not in store
 
+    def test_get_many_reads_objects_in_the_order_asked_under_one_view(self, store: TransactionalStore) -> None:
+        objects = [make_object(i) for i in range(20)]
+        store.put_many(objects)
+        asked = [oid for oid, _ in reversed(objects)] + [objects[3][0]]
+        assert store.get_many(asked) == [store.get(oid) for oid in asked]
+        assert store.get_many([]) == []
+
+    def test_get_many_of_an_absent_or_bad_id_raises_a_ctxstore_error(self, store: TransactionalStore) -> None:
+        oid, data = make_object(1)
+        store.put_many([(oid, data)])
+        with pytest.raises(MissingObject):
+            store.get_many([oid, make_object(2)[0]])
+        with pytest.raises(InvalidInput):
+            store.get_many([oid, "not an id"])  # type: ignore[list-item]
+
     def test_put_many_counts_only_new_objects(self, store: TransactionalStore) -> None:
         items = [make_object(i) for i in range(10)]
         assert store.put_many(items[:4]) == 4

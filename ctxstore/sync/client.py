@@ -19,18 +19,41 @@ from ..errors import InvalidInput, NonFastForward, RemoteError, UnknownRef
 from ..history.message_history import MessageHistory
 from ..ids import HexId, ObjectId, from_hex, to_hex
 from ..pack.plan import is_ancestor, pack
-from ..pack.stream import PackSource
-from ..refs import ANY, HEADS, REMOTES, TAGS, Refs
+from ..pack.stream import MAGIC, PackSource
+from ..refs import ANY, HEADS, REMOTES, TAGS, Refs, check_ref_name
 from ..repo.receive import UnpackResult, unpack
 from ..repo.repository import Repository
 from ..report import json_fields
 from .protocol import ByteReader, RefUpdate
 from .transport import Transport, open_transport
 
-__all__ = ["FetchResult", "Progress", "PullResult", "PushResult", "clone", "fetch", "pull", "push"]
+__all__ = [
+    "WORKDIR_REPOSITORY",
+    "FetchResult",
+    "Progress",
+    "PullResult",
+    "PushResult",
+    "clone",
+    "fetch",
+    "pull",
+    "pull_all",
+    "push",
+    "remote_url",
+]
 
 Progress = Callable[[str, int, int], None]
-"""Called as ``progress(stage, objects, bytes)`` while a pack moves (for a terminal's progress line)."""
+"""Called as ``progress(stage, objects, bytes)`` while a pack moves (for a terminal's progress line).
+
+`stage` is ``receiving`` or ``sending`` while the pack moves (every 64 KiB), then ``received`` or
+``sent`` once; `objects` is the pack's object count (its header says it: the total to expect, 0 until
+the header has passed) and `bytes` the pack bytes moved so far.
+"""
+
+WORKDIR_REPOSITORY = ".ctxstore"
+"""The repository directory inside a working directory: a remote path naming the working directory
+(one holding it) stands for it."""
+
+_PROGRESS_STEP = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -76,18 +99,25 @@ class PushResult:
 
 
 class _Meter:
-    """Counts the bytes of a pack as they pass, reporting progress at each MiB."""
+    """Counts the bytes of a pack as they pass, reporting progress every 64 KiB with the pack's object
+    count once its header has passed."""
 
     def __init__(self, progress: Progress | None, stage: str) -> None:
         self.bytes = 0
+        self.objects = 0
         self._progress = progress
         self._stage = stage
+        self._head = b""
 
     def count(self, data: bytes) -> bytes:
-        before = self.bytes >> 20
+        before = self.bytes // _PROGRESS_STEP
         self.bytes += len(data)
-        if self._progress is not None and (self.bytes >> 20) != before:
-            self._progress(self._stage, 0, self.bytes)
+        if self._progress is not None:
+            if len(self._head) < _HEADER_MAX:
+                self._head += data[:_HEADER_MAX]
+                self.objects = _pack_object_count(self._head)
+            if self.bytes // _PROGRESS_STEP != before or self.bytes == len(data):
+                self._progress(self._stage, self.objects, self.bytes)
         return data
 
     def chunks(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
@@ -101,6 +131,20 @@ class _Meter:
         if isinstance(source, ByteReader):
             return _MeteredFile(source, self)
         return self.chunks(source)
+
+
+_HEADER_MAX = len(MAGIC) + 1 + 10
+
+
+def _pack_object_count(head: bytes) -> int:
+    """The object count a pack's header declares (magic, version, LEB128 count), or 0 if not all here."""
+    value = shift = 0
+    for byte in head[len(MAGIC) + 1:_HEADER_MAX]:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value if head.startswith(MAGIC) else 0
+    return 0
 
 
 class _MeteredFile:
@@ -182,7 +226,7 @@ def fetch(repo: Repository, remote: str = "origin", *, token: str | None = None,
             if result is None:
                 raise RemoteError(f"{conn.url} advertised revisions it then did not send; fetch again")
             if progress is not None:
-                progress("received", result.objects, meter.bytes)
+                progress("received", meter.objects or result.objects, meter.bytes)
             return FetchResult(remote, _hexes(updates), result.objects, result.new_objects, meter.bytes, 2)
         if updates:
             Refs(store).set_many_if_equals(updates, message=message)
@@ -205,6 +249,34 @@ def pull(repo: Repository, remote: str = "origin", ref: str = "main", *, rebase:
     full = repo.ref_name(ref)
     if not full.startswith(HEADS):
         raise InvalidInput(f"pull updates a head (refs/heads/...), not {full}")
+    return _integrate(repo, remote, full, rebase, fetched)
+
+
+def pull_all(repo: Repository, remote: str = "origin", *, rebase: bool = False, token: str | None = None,
+             transport: Transport | None = None, progress: Progress | None = None) -> list[PullResult]:
+    """Fetch once, then bring every tracked head up to the remote's, in name order.
+
+    A tracked head is a local ``refs/heads/x`` with a remote-tracking ``refs/remotes/<remote>/x``. Each
+    is pulled as `pull` would; a head that diverged (without `rebase`) is left as it is and reported
+    with ``how == "diverged"`` instead of stopping the others, so look for those in the result.
+    """
+    fetched = fetch(repo, remote, token=token, transport=transport, progress=progress)
+    prefix = f"{REMOTES}{remote}/"
+    tracking = {name[len(prefix):] for name in repo.refs(prefix)}
+    results = []
+    for full, head in repo.refs(HEADS).items():
+        if full[len(HEADS):] not in tracking:
+            continue
+        try:
+            results.append(_integrate(repo, remote, full, rebase, fetched))
+        except NonFastForward as diverged:
+            theirs = None if diverged.current is None else HexId(diverged.current)
+            results.append(PullResult(full, head, theirs, "diverged", fetched))
+    return results
+
+
+def _integrate(repo: Repository, remote: str, full: str, rebase: bool, fetched: FetchResult) -> PullResult:
+    """Bring local head `full` up to its remote-tracking ref (just fetched): create, fast-forward or rebase."""
     refs = Refs(repo.store)
     tracking = f"{REMOTES}{remote}/{full[len(HEADS):]}"
     theirs = refs.get(tracking)
@@ -243,7 +315,7 @@ def _lease(ref: str, value: str | None) -> HexId | None:
 
 
 def push(repo: Repository, remote: str = "origin", refs: Sequence[str] | None = None, *, force: bool = False,
-         expect: Mapping[str, str | None] | None = None, token: str | None = None,
+         expect: Mapping[str, str | None] | None = None, delete: bool = False, token: str | None = None,
          transport: Transport | None = None, progress: Progress | None = None) -> PushResult:
     """Move the remote's refs to the local ones, sending only what it lacks; all refs move or none.
 
@@ -253,10 +325,15 @@ def push(repo: Repository, remote: str = "origin", refs: Sequence[str] | None = 
     the push replaces whatever that is, and fails if the remote ref moved. `refs` defaults to every head.
     A remote ref that another push moved between this push's look and its write raises `RefMoved` (a
     `NonFastForward`): pull, then push again.
+
+    With `delete`, the named `refs` are deleted on the remote instead (heads by default, ``refs/tags/x``
+    for a tag), each only if it still holds what the remote advertised; the remote-tracking refs go too.
     """
     _check_remote_name(remote)
     store = repo.store
     local_refs = Refs(store)
+    if delete:
+        return _push_delete(repo, remote, refs, token, transport)
     names = list(local_refs.items(HEADS)) if refs is None else [repo.ref_name(r) for r in refs]
     leases = {repo.ref_name(k): _lease(k, v) for k, v in (expect or {}).items()}
     with _connect(repo, remote, token, transport) as conn:
@@ -303,8 +380,47 @@ def push(repo: Repository, remote: str = "origin", refs: Sequence[str] | None = 
     if type(objects) is not int:
         raise RemoteError(f"{conn.url} answered the push with a malformed result: objects {objects!r}")
     if progress is not None:
-        progress("sent", objects, meter.bytes)
+        progress("sent", meter.objects or objects, meter.bytes)
     return PushResult(remote, {u.ref: u.new for u in updates}, objects, meter.bytes)
+
+
+def _push_delete(repo: Repository, remote: str, refs: Sequence[str] | None, token: str | None,
+                 transport: Transport | None) -> PushResult:
+    if not refs:
+        raise InvalidInput("name the remote refs to delete (`ctxstore push --delete origin NAME`)")
+    names = [r if r.startswith("refs/") else HEADS + r for r in refs]
+    for name in names:
+        check_ref_name(name)
+    with _connect(repo, remote, token, transport) as conn:
+        theirs = conn.advertise().refs
+        missing = [n for n in names if n not in theirs]
+        if missing:
+            raise UnknownRef(f"remote {remote} has no ref {missing[0]} to delete; "
+                             f"see `ctxstore refs {REMOTES}{remote}/` after `ctxstore fetch {remote}`")
+        updates = [RefUpdate(name, theirs[name], None, "lease") for name in names]
+        conn.push(updates, pack(repo.store, [], []))
+    tracking = {f"{REMOTES}{remote}/{n[len(HEADS):]}": (ANY, None) for n in names if n.startswith(HEADS)}
+    if tracking and (transport is None or remote in repo.remotes()):
+        Refs(repo.store).set_many_if_equals(tracking, message=f"push --delete {remote}")
+    return PushResult(remote, dict.fromkeys(names))
+
+
+def remote_url(url: str, *, base: str | os.PathLike[str] | None = None) -> str:
+    """The URL to record for a remote: a local path made absolute (against `base`, default the current
+    directory), and a working directory's path turned into its repository's (``DIR/.ctxstore``).
+
+    URLs with a scheme (``http://``, ``ssh://``, ``file://``) are kept as they are.
+    """
+    if not isinstance(url, str) or not url:
+        raise InvalidInput(f"a remote URL must be a non-empty string, not {url!r}")
+    if "://" in url:
+        return url
+    path = Path(base or os.getcwd(), os.path.expanduser(url)).absolute()
+    path = Path(os.path.normpath(path))
+    inner = path / WORKDIR_REPOSITORY
+    if not (path / "format").is_file() and (inner / "format").is_file():
+        path = inner
+    return str(path)
 
 
 def clone(url: str, path: str | os.PathLike[str], *, token: str | None = None,
@@ -312,8 +428,11 @@ def clone(url: str, path: str | os.PathLike[str], *, token: str | None = None,
     """Create a repository at `path` from the one at `url`: remote origin, every head fetched and checked out.
 
     Each remote head ``refs/heads/x`` lands as ``refs/remotes/origin/x`` and as a local ``refs/heads/x``.
-    If the clone fails, the new directory is removed.
+    A local path is recorded absolute (`remote_url`), so the clone keeps reaching it from anywhere, and
+    may name a working directory (one holding ``.ctxstore/``). If the clone fails, the new directory is
+    removed.
     """
+    url = remote_url(url)
     target = Path(path)
     existed = target.exists()
     repo = Repository.init(target)

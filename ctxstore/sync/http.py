@@ -13,10 +13,11 @@ from typing import Any, TypeVar
 
 import httpx2
 
-from ..errors import AuthError, CtxStoreError, InvalidInput, RemoteError, SyncError
+from ..errors import AuthError, CtxStoreError, InvalidInput, NotARepository, RemoteError, SyncError
 from ..ids import HexId
 from .protocol import (
     Advertisement,
+    BandReader,
     Receive,
     RefUpdate,
     decode_error,
@@ -84,6 +85,9 @@ class HttpTransport:
         text = body[:200].decode("utf-8", "replace").strip()
         if response.status_code in (401, 403):
             return AuthError(f"{where}: {text or 'not allowed'}; give a token with the right scope")
+        if response.status_code == 404:
+            return NotARepository(f"{where}: no ctxstore repository there; check the URL "
+                                  "(`ctxstore remote` lists them)")
         return RemoteError(f"{where}: {text or response.reason_phrase}")
 
     def _send(self, method: str, path: str, content: Iterable[bytes] | bytes | None = None) -> httpx2.Response:
@@ -125,7 +129,7 @@ class HttpTransport:
             if not head.get("pack"):
                 return None
             try:
-                return receive(reader)
+                return receive(BandReader(reader, self.url))
             except httpx2.HTTPError as exc:
                 raise RemoteError(f"the pack from {self.url} was cut short: {exc}") from None
         finally:

@@ -10,7 +10,7 @@ by a result frame. Errors travel as ``{"error": {"type", "message", ...}}`` fram
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -18,19 +18,22 @@ from ..errors import (
     AuthError,
     BadPack,
     CtxStoreError,
+    DamagedData,
     EncodingError,
     InvalidInput,
+    InvalidObject,
     InvalidRefName,
     MissingObject,
     NonFastForward,
+    NotARepository,
     RemoteError,
     UnknownRef,
 )
 from ..format import codec
 from ..ids import OID_SIZE, HexId, ObjectId, from_hex, to_hex
 from ..pack.plan import PackPlan, is_ancestor, pack_objects, plan_pack
+from ..pack.stream import DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOTAL_SIZE, PackSource
 from ..pack.stream import VERSION as PACK_VERSION
-from ..pack.stream import PackSource
 from ..refs import ANY, HEADS, TAGS, check_ref_name
 from ..repo.receive import UnpackResult, unpack
 from ..store.base import Transaction, TransactionalStore
@@ -39,6 +42,7 @@ __all__ = [
     "MAX_FRAME",
     "PROTOCOL_VERSION",
     "Advertisement",
+    "BandReader",
     "ByteReader",
     "Mode",
     "Receive",
@@ -48,15 +52,21 @@ __all__ = [
     "encode_error",
     "encode_frame",
     "fetch_request",
+    "pack_bands",
     "push_request",
     "read_frame",
     "read_frame_or_eof",
+    "read_request",
     "serve_stream",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAX_FRAME = 16 << 20
 """Largest frame either side accepts: an advertisement of about 200,000 refs."""
+MAX_BAND = 1 << 20
+"""Largest band of a fetch answer's pack (see `pack_bands`)."""
+_BAND_DATA = 0x01
+_BAND_ERROR = 0x02
 Mode = Literal["ff", "lease", "force"]
 _MODES = ("ff", "lease", "force")
 
@@ -125,12 +135,96 @@ def _read_frame(stream: ByteReader, head: bytes) -> dict[str, Any]:
     return message
 
 
+def read_request(stream: ByteReader, limit: int = MAX_FRAME) -> dict[str, Any]:
+    """A request frame as a server reads it: anything wrong with it is the client's `InvalidInput`.
+
+    The length is checked against `limit` before the body is read, and the body goes only through the
+    canonical decoder (`codec.decode`, linear in its size).
+    """
+    head = stream.read(4)
+    if len(head) < 4:
+        raise InvalidInput(f"malformed request: it ends after {len(head)} bytes, inside the 4-byte frame length")
+    size = int.from_bytes(head, "big")
+    if size > limit:
+        raise InvalidInput(f"malformed request: its frame declares {size} bytes, over the {limit}-byte limit")
+    body = stream.read(size) if size else b""
+    if len(body) != size:
+        raise InvalidInput(f"malformed request: its frame declares {size} bytes but the body holds "
+                           f"{len(body)}")
+    try:
+        message = codec.decode(body)
+    except EncodingError as exc:
+        raise InvalidInput(f"malformed request: the frame is not canonical CBOR: {exc}") from None
+    if type(message) is not dict:
+        raise InvalidInput(f"malformed request: the frame holds a {type(message).__name__}, not a map")
+    return message
+
+
+# -- bands: a fetch answer's pack, with room for an error after it started ------------------------------
+# A server finds a damaged object only when it reaches it, after the answer's head is sent; the pack
+# therefore travels in bands (`docs/protocol.md`, Bands), so the client learns why a pack stops.
+
+def pack_bands(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """A pack's chunks as data bands; an error raised while making them becomes a final error band."""
+    try:
+        for chunk in chunks:
+            for at in range(0, len(chunk), MAX_BAND):
+                piece = chunk[at:at + MAX_BAND]
+                yield bytes([_BAND_DATA]) + len(piece).to_bytes(4, "big") + piece
+    except CtxStoreError as exc:
+        # Whatever stops a pack half-sent is this side's store failing, never the request.
+        damage = exc if isinstance(exc, DamagedData | MissingObject) else DamagedData(
+            f"the serving repository failed while sending the pack: {exc}; its operator should run "
+            "`ctxstore fsck` there")
+        body = codec.encode(encode_error(damage))
+        yield bytes([_BAND_ERROR]) + len(body).to_bytes(4, "big") + body
+
+
+class BandReader:
+    """The pack inside a fetch answer's bands, as a binary file; an error band raises the error it carries."""
+
+    def __init__(self, stream: ByteReader, where: str) -> None:
+        self._stream = stream
+        self._where = where
+        self._left = 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        if self._left == 0 and not self._next_band():
+            return b""
+        want = self._left if size < 0 else min(size, self._left)
+        data = self._stream.read(want)
+        self._left -= len(data)
+        return data
+
+    def _next_band(self) -> bool:
+        head = self._stream.read(5)
+        if not head:
+            return False
+        if len(head) < 5:
+            head += _read_exactly(self._stream, 5 - len(head), "a band header")
+        kind, size = head[0], int.from_bytes(head[1:], "big")
+        if kind == _BAND_DATA and 0 < size <= MAX_BAND:
+            self._left = size
+            return True
+        if kind == _BAND_ERROR and size <= MAX_FRAME:
+            body = _read_exactly(self._stream, size, "an error band")
+            try:
+                message = codec.decode(body)
+            except EncodingError:
+                message = None
+            if type(message) is dict:
+                raise decode_error(message, self._where)
+        raise RemoteError(f"{self._where} sent a malformed band (kind {kind}, {size} bytes) inside its pack; "
+                          "it is not speaking this version of the ctxstore protocol")
+
+
 # -- errors ------------------------------------------------------------------------------------------------
 
 def _error_types() -> dict[str, type[CtxStoreError]]:
     # The errors a client re-raises as themselves; every NonFastForward kind keeps its class (a lost race
     # that is worth retrying stays distinct from a refusal that needs a pull first).
-    kinds: list[type[CtxStoreError]] = [AuthError, InvalidRefName, UnknownRef, MissingObject]
+    kinds: list[type[CtxStoreError]] = [AuthError, InvalidRefName, UnknownRef, MissingObject, DamagedData,
+                                        NotARepository]
     family: list[type[NonFastForward]] = [NonFastForward]
     while family:
         cls = family.pop()
@@ -272,9 +366,14 @@ def push_request(updates: Sequence[RefUpdate]) -> dict[str, Any]:
 class Service:
     """Answers the protocol's requests for one repository's store (every transport's server side)."""
 
-    def __init__(self, store: TransactionalStore, *, writable: bool = True) -> None:
+    def __init__(self, store: TransactionalStore, *, writable: bool = True,
+                 max_push_size: int = DEFAULT_MAX_TOTAL_SIZE, max_push_objects: int = DEFAULT_MAX_OBJECTS) -> None:
         self.store = store
         self.writable = writable
+        self.max_push_size = max_push_size
+        """Largest inflated size of a pushed pack (its objects, decompressed), refused past it."""
+        self.max_push_objects = max_push_objects
+        """Most objects a pushed pack may carry (each costs the staging index some memory)."""
 
     def advertise(self) -> Advertisement:
         """The refs a client may fetch: heads and tags (remote-tracking refs are this side's business)."""
@@ -289,11 +388,23 @@ class Service:
         for want in wants:
             if not self.store.has(want):
                 raise MissingObject(f"the server has no revision {to_hex(want)}; fetch the refs again")
-        return plan_pack(self.store, wants, haves) if wants else PackPlan([])
+        if not wants:
+            return PackPlan([])
+        try:
+            return plan_pack(self.store, wants, haves)
+        except DamagedData:
+            raise
+        except InvalidObject as exc:
+            # The wants are revisions this side holds: a wrong object under them is this side's damage.
+            raise DamagedData(f"the serving repository is damaged: {exc}") from None
 
     def send(self, plan: PackPlan) -> Iterator[bytes]:
         """The pack of a plan, as bytes chunks."""
         return pack_objects(self.store, plan)
+
+    def send_bands(self, plan: PackPlan) -> Iterator[bytes]:
+        """The pack of a plan in bands, as a fetch answer carries it over a stream (`pack_bands`)."""
+        return pack_bands(self.send(plan))
 
     def receive_push(self, request: Mapping[str, Any], stream: PackSource) -> dict[str, Any]:
         """Verify and apply a push: its pack and ref updates land together or not at all."""
@@ -323,7 +434,8 @@ class Service:
                         f"{u.old[:12]}; pull (with rebase) first, or push with force",
                         ref=u.ref, current=u.old, expected=u.old)
 
-        result: UnpackResult = unpack(self.store, stream, cas, message="push", check=fast_forward)
+        result: UnpackResult = unpack(self.store, stream, cas, message="push", check=fast_forward,
+                                      max_total_size=self.max_push_size, max_objects=self.max_push_objects)
         return {"ok": True, "objects": result.objects, "newObjects": result.new_objects,
                 "refs": {name: new for name, (_, new) in cas.items()}}  # raw ids on the wire
 
@@ -337,7 +449,12 @@ def serve_stream(service: Service, rfile: ByteReader, wfile: BinaryIO) -> None:
 
     send(service.advertise().to_message())
     while True:
-        request = read_frame_or_eof(rfile)
+        try:
+            request = read_frame_or_eof(rfile)
+        except RemoteError as exc:
+            # A malformed request leaves the stream out of step: say why, then hang up.
+            send(encode_error(InvalidInput(f"malformed request: {exc}")))
+            return
         if request is None:
             return
         op = request.get("op")
@@ -348,7 +465,7 @@ def serve_stream(service: Service, rfile: ByteReader, wfile: BinaryIO) -> None:
                 oids = service.plan_fetch(request)
                 send({"ok": True, "objects": len(oids), "pack": bool(oids)})
                 if oids:
-                    for chunk in service.send(oids):
+                    for chunk in service.send_bands(oids):
                         wfile.write(chunk)
                     wfile.flush()
             elif op == "push":

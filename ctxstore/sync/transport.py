@@ -20,6 +20,7 @@ from ..ids import HexId
 from ..repo.repository import Repository
 from .protocol import (
     Advertisement,
+    BandReader,
     Receive,
     RefUpdate,
     Service,
@@ -117,7 +118,7 @@ class StdioTransport:
         self.advertise()
         self._request({"op": "fetch", **fetch_request(wants, haves)})
         head = self._answer()
-        return receive(self._out) if head.get("pack") else None
+        return receive(BandReader(self._out, self.url)) if head.get("pack") else None
 
     def push(self, updates: Sequence[RefUpdate], pack: Iterable[bytes]) -> dict[str, Any]:
         self.advertise()

@@ -1,0 +1,181 @@
+"""The stored form of an append revision: what a pack already sends (parent, time, appended entries),
+with the spine it rebuilds to left out, so recording a conversation one message per commit stores
+O(1) bytes per append instead of the tree's right spine.
+
+A revision made by appending entries to its parent is stored as a *delta*: codec byte `DELTA`, its chain
+depth (how many deltas lead back to a revision stored whole), then the canonical CBOR array
+``[parent, createdAt, entryIds, entries, canonicalSize]``. Reading it rebuilds the spine from the
+parent's with `seq.append` (the chunking rule gives one tree whatever the batching), encodes the
+revision and checks the result hashes to the id asked for: a wrong rebuild or a damaged record is an
+error, never silently different bytes. A writer stores a revision whole (a *checkpoint*) when its append
+closed a leaf (its spine is then at its shortest), when the chain would pass `MAX_CHAIN`, or when the
+parent is not at hand; so a read replays at most `MAX_CHAIN` appends. docs/storage.md specifies it.
+
+Pure functions over bytes and parsed revisions, and a bounded cache of rebuilt revisions shared by the
+stores of a process (ids are content hashes, so an entry can never go stale).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import DamagedData, EncodingError
+from ..format import codec, seq
+from ..format.objects import SPINE_KEY, Revision, SeqNode, fields_before_spine
+from ..ids import OID_SIZE, ObjectId, object_id, to_hex
+
+__all__ = ["DELTA", "MAX_CHAIN", "Delta", "RevisionCache", "checked", "closes_leaf", "delta_of", "delta_value",
+           "may_be_delta", "parse_delta", "rebuild", "revision_bytes"]
+
+DELTA = 0x03
+"""Codec byte of a stored append revision whose spine is rebuilt from its parent's."""
+MAX_CHAIN = 64
+"""Most deltas between a stored revision and the checkpoint it rebuilds from (what one read replays)."""
+
+_REVISION_START = b"\xa6dsize"  # an append revision's canonical map (six fields), starting with "size"
+_OP_KEYS = frozenset(("type", "entryIds", "entries"))
+_FIELDS = frozenset(("type", "size", "parent", "createdAt", "operation"))
+
+Delta = tuple[ObjectId, int, list[str], list[ObjectId], int]
+"""A delta's fields: parent, createdAt, appended entry ids, appended entry oids, canonical size."""
+
+
+def may_be_delta(data: bytes) -> bool:
+    """Whether canonical bytes start as an append revision's do (`delta_of` tells whether they are one)."""
+    return data.startswith(_REVISION_START)
+
+
+def delta_of(data: bytes) -> Delta | None:
+    """The delta fields of a revision's canonical bytes if it is an append onto a parent, else None.
+
+    Only the exact shape of an append revision qualifies; whether the spine really is the parent's with
+    the entries appended is for the caller to check (`rebuild` and compare).
+    """
+    if not data.startswith(_REVISION_START):
+        return None
+    fields = fields_before_spine(data)
+    if fields is None or fields.keys() != _FIELDS or fields["type"] != "revision":
+        return None
+    parent, created, op = fields["parent"], fields["createdAt"], fields["operation"]
+    if type(parent) is not bytes or len(parent) != OID_SIZE or type(created) is not int or created < 0:
+        return None
+    if type(op) is not dict or op.keys() != _OP_KEYS or op["type"] != "append":
+        return None
+    ids, oids = op["entryIds"], op["entries"]
+    if (type(ids) is not list or type(oids) is not list or len(ids) != len(oids) or not ids
+            or not all(type(i) is str for i in ids)
+            or not all(type(o) is bytes and len(o) == OID_SIZE for o in oids)):
+        return None
+    return ObjectId(parent), created, ids, [ObjectId(o) for o in oids], len(data)
+
+
+_CUT = 2**32 // seq.LEAF_TARGET
+
+
+def closes_leaf(delta: Delta) -> bool:
+    """Whether an append certainly closes a leaf (so its revision is stored whole), told from its own
+    entries: more than a leaf holds, or a cut before the last of them (the chunking rule of `seq`). False
+    only means the rebuild must tell."""
+    _parent, _created, ids, oids, _size = delta
+    if len(ids) >= 4 * seq.LEAF_TARGET:
+        return True
+    return any(int.from_bytes(seq.leaf_hash(i, o)[:4], "big") < _CUT for i, o in zip(ids[:-1], oids[:-1], strict=True))
+
+
+def delta_value(delta: Delta, depth: int) -> bytes:
+    """The stored value of a delta `depth` links from its checkpoint (1 to `MAX_CHAIN`)."""
+    parent, created, ids, oids, size = delta
+    return bytes([DELTA, depth]) + codec.encode([parent, created, ids, oids, size])
+
+
+def parse_delta(oid: ObjectId, value: bytes) -> tuple[int, Delta]:
+    """The depth and fields of a stored delta; `DamagedData` if the record is damaged."""
+    try:
+        depth = value[1]
+        parent, created, ids, oids, size = codec.decode(bytes(value[2:]))
+        ok = (1 <= depth <= MAX_CHAIN and type(parent) is bytes and len(parent) == OID_SIZE
+              and type(created) is int and type(ids) is list and type(oids) is list and len(ids) == len(oids)
+              and type(size) is int)
+    except (IndexError, ValueError, TypeError, EncodingError):
+        ok = False
+    if not ok:
+        raise DamagedData(f"stored revision {to_hex(oid)} is corrupt (a damaged delta record); "
+                         "run `ctxstore fsck`")
+    return depth, (ObjectId(parent), created, ids, oids, size)
+
+
+def _node_id(node: SeqNode) -> ObjectId:
+    return seq.node_id(node)
+
+
+def rebuild(parent: Revision, delta: Delta, put: Callable[[SeqNode], ObjectId] = _node_id) -> Revision:
+    """The revision a delta stands for: the parent's tree with the delta's entries appended by the rule."""
+    parent_oid, created, ids, oids, _size = delta
+    spine = seq.append(parent.seq, [[i, o] for i, o in zip(ids, oids, strict=True)], put)
+    operation: dict[str, Any] = {"type": "append", "entryIds": ids, "entries": oids}
+    return Revision(parent_oid, created, operation, spine, parent.size + len(ids))
+
+
+def revision_bytes(revision: Revision, base: seq.SpineBytes | None = None) -> tuple[bytes, seq.SpineBytes | None]:
+    """A revision's canonical bytes (the spine encoded directly where it has the usual shape, reusing
+    the encoded levels `base` of its parent's spine) and its own encoded levels, for its child."""
+    fast = seq.encode_revision(revision, base)
+    if fast is not None:
+        return fast
+    value = revision.to_value()
+    value[SPINE_KEY] = revision.seq
+    return codec.encode(value), None
+
+
+def checked(oid: ObjectId, revision: Revision, base: seq.SpineBytes | None = None
+            ) -> tuple[bytes, seq.SpineBytes | None]:
+    """A rebuilt revision's canonical bytes and encoded levels, checked against the id they must hash to."""
+    data, levels = revision_bytes(revision, base)
+    if object_id(data) != oid:
+        raise DamagedData(f"stored revision {to_hex(oid)} is corrupt: it does not rebuild to its id (a "
+                          "damaged record or a damaged parent); run `ctxstore fsck`")
+    return data, levels
+
+
+class RevisionCache:
+    """Recently rebuilt or written revisions by id, bounded: a chain walked backwards (a pack, a log)
+    then rebuilds each revision from its child's neighbour instead of from the checkpoint again.
+
+    The newest few also keep their canonical bytes (checked against their ids) and encoded spine
+    levels: reading a head just written returns them without encoding or hashing it again, and
+    encoding its child's delta on the next commit reuses every level the append left alone.
+    """
+
+    def __init__(self, limit: int = 4096, encoded: int = 64) -> None:
+        self._limit = limit
+        self._encoded_limit = encoded
+        self._held: dict[ObjectId, Revision] = {}
+        self._encoded: dict[ObjectId, tuple[bytes, seq.SpineBytes | None]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, oid: ObjectId) -> Revision | None:
+        """The cached revision, or None."""
+        return self._held.get(oid)
+
+    def encoded(self, oid: ObjectId) -> tuple[bytes, seq.SpineBytes | None] | None:
+        """A recent revision's canonical bytes (they hash to `oid`) and encoded levels, or None."""
+        return self._encoded.get(oid)
+
+    def put(self, oid: ObjectId, revision: Revision, encoded: tuple[bytes, seq.SpineBytes | None] | None = None
+            ) -> None:
+        """Remember a revision (the oldest half goes when the cache is full), with its canonical bytes and
+        encoded levels when given: the caller has checked that the bytes hash to `oid`."""
+        with self._lock:
+            held = self._held
+            if len(held) >= self._limit:
+                for old in list(held)[: self._limit // 2]:
+                    del held[old]
+            held[oid] = revision
+            if encoded is not None:
+                recent = self._encoded
+                if len(recent) >= self._encoded_limit:
+                    for old in list(recent)[: self._encoded_limit // 2]:
+                        del recent[old]
+                recent[oid] = encoded

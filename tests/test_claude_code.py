@@ -1,0 +1,255 @@
+"""Claude Code sessions in and out: real-format transcripts imported, re-imported, continued and exported."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import pty
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SESSION, ClaudeSession, claude_session
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_cli_subprocess import SCRIPT, ctxstore
+
+from ctxstore import Repository
+from ctxstore.errors import InvalidInput
+from ctxstore.interop.claude_code import import_claude_code, parse_claude_code
+from ctxstore.interop.formats import export_ref
+from ctxstore.interop.messages import check_messages
+from ctxstore.interop.projects import import_projects
+
+MALFORMED = {10: '{"type": "user", "uuid": ', 700: "not json at all", 1500: "[1, 2]"}
+"""Bad lines put in before the records at these indexes: half a record, text, a JSON value that is no record."""
+
+
+@pytest.fixture
+def repo() -> Repository:
+    return Repository.memory()
+
+
+def _write(path: Path, session: ClaudeSession, upto: int | None = None) -> list[int]:
+    """Write the session (its first `upto` records) with the malformed lines; returns their line numbers."""
+    lines = session.lines({i: t for i, t in MALFORMED.items() if upto is None or i < upto})
+    if upto is not None:
+        lines = lines[: upto + sum(1 for i in MALFORMED if i < upto)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return [n for n, line in enumerate(lines, 1) if line in MALFORMED.values()]
+
+
+def _meta(entry: dict[str, Any]) -> dict[str, Any]:
+    info: dict[str, Any] = entry["meta"]["claudeCode"]
+    return info
+
+
+@pytest.fixture(scope="module")
+def grown() -> tuple[ClaudeSession, int]:
+    """A session of about 2,000 records, and how many records it had when first imported."""
+    session = ClaudeSession()
+    while len(session.records) < 1200:
+        session.turn()
+    first = len(session.records)
+    while len(session.records) < 2000:
+        session.turn()
+    return session, first
+
+
+def test_a_real_format_session_imports_reimports_continues_and_exports_through_the_cli(
+        tmp_path: Path, grown: tuple[ClaudeSession, int]) -> None:
+    """Done means: 2,000 records of every kind with malformed lines, through real processes."""
+    session, first = grown
+    path = tmp_path / f"{SESSION}.jsonl"
+    bad = _write(path, session, first)
+    ctxstore(tmp_path, "init")
+    out = ctxstore(tmp_path, "import", str(path))
+    result = json.loads(out.stdout)
+    ref = f"refs/heads/claude/{SESSION}"
+    assert result["format"] == "claude" and result["ref"] == ref and result["skipped"] == bad
+    assert f"skipped {len(bad)} malformed line(s): {', '.join(map(str, bad))}" in out.stderr
+    strict = ctxstore(tmp_path, "import", "--strict", str(path), check=False)
+    assert strict.returncode == 2 and str(bad[0]) in strict.stderr and strict.stderr.count("\n") == 1
+    old_head = result["revision"]
+
+    refs = ctxstore(tmp_path, "refs").stdout
+    again = json.loads(ctxstore(tmp_path, "import", str(path)).stdout)
+    assert again["refs"] == {} and ctxstore(tmp_path, "refs").stdout == refs
+
+    all_bad = _write(path, session)  # the session grew: the same file, longer
+    grew = json.loads(ctxstore(tmp_path, "import", str(path)).stdout)  # no --force: a fast-forward
+    assert grew["skipped"] == all_bad and ref in grew["refs"] and grew["revision"] != old_head
+    lineage = [r["id"] for r in json.loads(ctxstore(tmp_path, "log", f"claude/{SESSION}").stdout)]
+    assert old_head in lineage
+
+    # log shows when the conversation happened: the transcript's timestamps, not the import's.
+    log = json.loads(ctxstore(tmp_path, "log", "-n", "3", f"claude/{SESSION}").stdout)
+    assert all(r["date"].startswith("2026-01-01") for r in log)
+
+    entries = json.loads(ctxstore(tmp_path, "render", "--entries", f"claude/{SESSION}").stdout)
+    view = [e["message"] for e in entries]
+    check_messages(view)  # valid for the Messages API as it is
+    summary = entries[0]
+    assert summary["kind"] == "summary" and _meta(summary)["compactMetadata"] == {"trigger": "auto",
+                                                                                  "preTokens": 150000}
+    restored = json.loads(ctxstore(tmp_path, "render", "--restore", f"claude/{SESSION}").stdout)
+    assert restored[0] == {"role": "user", "content": "Step 1: please change parser1.py"}
+    assert any(isinstance(m["content"], list) and m["content"][0]["type"] == "thinking" for m in restored)
+    assert any(isinstance(m["content"], list) and any(b["type"] == "image" for b in m["content"]) for m in restored)
+    assert all(_meta(e)["cwd"] == "/home/me/project" and _meta(e)["gitBranch"] == "main" for e in entries)
+    assert all(_meta(e)["timestamp"].startswith("2026-01-01T") for e in entries)
+
+    listing = json.loads(ctxstore(tmp_path, "ls", "--json").stdout)
+    main = next(c for c in listing if c["ref"] == ref)
+    assert main["title"] == "Refactoring the parser" and main["messages"] == len(entries)
+    sidechains = [c["ref"] for c in listing if "/sidechain-" in c["ref"]]
+    assert len(sidechains) == session.turns // 4
+    with Repository.open(tmp_path / ".ctxstore", readonly=True) as repo:
+        for side in sidechains:
+            side_entries = [e.to_dict() for e in repo.history(side).refs()]
+            check_messages([e["message"] for e in side_entries])
+            assert side_entries[0]["message"]["content"].startswith("Find uses of parse")
+            assert _meta(side_entries[0])["agentId"].startswith("agent") and _meta(side_entries[0])["branchedFrom"]
+
+    exported = tmp_path / "exported.jsonl"
+    ctxstore(tmp_path, "export", f"claude/{SESSION}", "--format", "claude", "--session", SESSION, "-o", str(exported))
+    records = [json.loads(line) for line in exported.read_text().splitlines()]
+    assert records[0] == {"type": "summary", "summary": "Refactoring the parser", "leafUuid": records[-1]["uuid"]}
+    chain = [r for r in records if "uuid" in r]
+    assert chain[0]["parentUuid"] is None and all(r["sessionId"] == SESSION for r in chain)
+    assert all(b["parentUuid"] == a["uuid"] for a, b in itertools.pairwise(chain))
+    ctxstore(tmp_path, "import", str(exported), "--ref", "back")
+    assert (json.loads(ctxstore(tmp_path, "render", "--entries", "back").stdout) and
+            [(e["id"], e["message"]) for e in json.loads(ctxstore(tmp_path, "render", "--entries", "back").stdout)]
+            == [(e["id"], e["message"]) for e in entries])
+
+
+def test_system_records_titles_and_subagents_are_kept_in_meta(repo: Repository) -> None:
+    session = claude_session(300)
+    import_claude_code(repo, session.records, "cc")
+    everything = [e for name in repo.refs() for e in repo.history(name).refs()]
+    notes = [s for e in everything for s in (e.meta or {})["claudeCode"].get("system", [])]
+    assert notes and all(n["subtype"] == "informational" and n["content"].startswith("Hook ran") for n in notes)
+    first = repo.history("cc").restore()[0]
+    assert first["content"] == "Step 1: please change parser1.py"
+    first_uuid = next(r["uuid"] for r in session.records if r.get("type") == "user")
+    [opening] = repo.history("cc").refs([first_uuid])
+    assert opening.meta is not None and opening.meta["claudeCode"]["title"] == "Refactoring the parser"
+    agents = {e.meta["claudeCode"].get("agentId") for e in everything if e.meta} - {None}  # type: ignore[union-attr]
+    assert agents == {f"agent{t:04d}" for t in range(4, session.turns + 1, 4)}
+
+
+def test_streamed_records_of_one_message_are_one_entry(repo: Repository) -> None:
+    session = claude_session(40)
+    transcript = parse_claude_code(session.records)
+    streamed = [r for r in session.records if r.get("type") == "assistant"]
+    ids = {r["message"]["id"] for r in streamed}
+    assistant_steps = [s for s in transcript.steps.values() if s.message["role"] == "assistant"]
+    assert len(assistant_steps) == len(ids) < len(streamed)
+    three = next(s for s in assistant_steps if len(s.uuids) == 3)
+    assert [b["type"] for b in three.message["content"]] == ["thinking", "text", "tool_use"]
+
+
+def test_malformed_records_are_skipped_with_their_line_numbers_or_refused_when_strict(
+        repo: Repository, tmp_path: Path) -> None:
+    session = claude_session(60)
+    path = tmp_path / "s.jsonl"
+    lines = session.lines()
+    bad_message = dict(session.records[3], uuid="bad-1", message={"role": "system", "content": "x"})
+    lines[5:5] = ["{oops", json.dumps(bad_message), json.dumps(["a list"])]
+    path.write_text("\n".join(lines) + "\n")
+    result = import_claude_code(repo, path, "cc")
+    assert result.skipped == [6, 7, 8]
+    assert "bad-1" not in {e.id for e in repo.history("cc").refs()}
+    with pytest.raises(InvalidInput, match=r"3 malformed line.*6, 7, 8"):
+        import_claude_code(repo, path, "strict", strict=True)
+    assert "refs/heads/strict" not in repo.refs()
+
+
+def test_a_tool_result_that_answers_no_tool_use_is_skipped(repo: Repository) -> None:
+    session = ClaudeSession()
+    session.user("hi")
+    session.user([{"type": "tool_result", "tool_use_id": "toolu_nowhere", "content": "?"}])
+    session.assistant([{"type": "text", "text": "hello"}])
+    result = import_claude_code(repo, session.records, "cc")
+    assert result.skipped == [3]
+    check_messages(repo.history("cc").render())
+
+
+def test_a_file_still_being_written_drops_its_half_record_without_counting_it(repo: Repository,
+                                                                               tmp_path: Path) -> None:
+    session = claude_session(30)
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(session.lines()) + "\n" + json.dumps(session.records[-1])[:40])
+    assert import_claude_code(repo, path, "cc").skipped == []
+
+
+def test_a_projects_directory_imports_one_ref_per_session(repo: Repository, tmp_path: Path) -> None:
+    for project, names in (("-home-me-alpha", ["s1", "s2"]), ("-home-me-beta", ["s3"])):
+        (tmp_path / project).mkdir()
+        for name in names:
+            (tmp_path / project / f"{name}.jsonl").write_text("\n".join(claude_session(30).lines()) + "\n")
+    (tmp_path / "-home-me-beta" / "empty.jsonl").write_text('{"type": "summary", "summary": "nothing"}\n')
+    seen: list[tuple[int, int]] = []
+    result = import_projects(repo, tmp_path, progress=lambda done, total, b, tb: seen.append((done, total)))
+    heads = {n for n in repo.refs() if "/sidechain-" not in n}
+    assert heads == {"refs/heads/cc/-home-me-alpha/s1", "refs/heads/cc/-home-me-alpha/s2",
+                     "refs/heads/cc/-home-me-beta/s3"}
+    assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    assert list(result.failed) == [str(tmp_path / "-home-me-beta" / "empty.jsonl")]
+    again = import_projects(repo, tmp_path)
+    assert again.moved == 0
+
+
+def test_the_cli_imports_a_projects_directory_with_progress_on_a_terminal(tmp_path: Path) -> None:
+    projects = tmp_path / "projects"
+    (projects / "-home-me-app").mkdir(parents=True)
+    for name in ("a", "b"):
+        (projects / "-home-me-app" / f"{name}.jsonl").write_text("\n".join(claude_session(40).lines()) + "\n")
+    ctxstore(tmp_path, "init")
+    master, slave = pty.openpty()
+    proc = subprocess.run([SCRIPT, "import", str(projects)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=slave,
+                          text=True, timeout=60)
+    os.close(slave)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(master)
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["moved"] >= 2
+    text = shown.decode()
+    assert "importing sessions: 2/2 sessions (100%)" in text and "sessions/s" in text
+    refs = json.loads(ctxstore(tmp_path, "refs").stdout)
+    assert {"refs/heads/cc/-home-me-app/a", "refs/heads/cc/-home-me-app/b"} <= set(refs)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(turns=st.integers(min_value=1, max_value=60), cut=st.integers(min_value=1, max_value=60))
+def test_import_export_import_gives_the_same_view_and_growth_is_a_fast_forward(turns: int, cut: int) -> None:
+    """For any session: importing its export gives the same view (ids and messages), and importing a
+    prefix and then the whole session gives exactly the revisions of importing the whole at once."""
+    session = ClaudeSession()
+    for _ in range(min(cut, turns)):
+        session.turn()
+    prefix = list(session.records)
+    for _ in range(turns - min(cut, turns)):
+        session.turn()
+    whole = Repository.memory()
+    head = import_claude_code(whole, session.records, "cc").revision
+    stepwise = Repository.memory()
+    import_claude_code(stepwise, prefix, "cc")
+    assert import_claude_code(stepwise, session.records, "cc").revision == head
+    assert stepwise.refs() == whole.refs()
+    for name in whole.refs():
+        text = export_ref(whole, name, format="claude")
+        import_claude_code(whole, [json.loads(line) for line in text.splitlines()], "round/trip", force=True)
+        assert ([(e.id, e.message) for e in whole.history("round/trip").refs()]
+                == [(e.id, e.message) for e in whole.history(name).refs()])

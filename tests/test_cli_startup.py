@@ -1,0 +1,53 @@
+"""The CLI starts without the layers a command does not need: local commands never import asyncio, the
+model SDK, the HTTP client or the hub (the timing goal itself is measured by tools/bench_startup.py)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctxstore import Repository
+
+HEAVY = ("asyncio", "anthropic", "httpx2", "starlette", "uvicorn", "rich", "ctxstore.agents",
+         "ctxstore.sync.http", "ctxstore.sync.server")
+_LINE = re.compile(r"import time:\s+\d+ \|\s+\d+ \| +(\S+)$")
+
+
+def _imported(argv: list[str], cwd: Path) -> set[str]:
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "ctxstore.cli", *argv], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {m.group(1) for line in done.stderr.splitlines() if (m := _LINE.match(line))}
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path]:
+    origin = tmp_path / "origin"
+    with Repository.init(origin / ".ctxstore") as repo:
+        repo.append("main", [{"role": "user", "content": "hello"}])
+    done = subprocess.run([sys.executable, "-m", "ctxstore.cli", "clone", str(origin), "copy"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return origin, tmp_path / "copy"
+
+
+@pytest.mark.parametrize("argv, where", [(["render", "main"], 0), (["fetch"], 1), (["log"], 0),
+                                         (["refs"], 0), (["--help"], 0)])
+def test_local_commands_and_a_path_fetch_import_no_heavy_layer(pair: tuple[Path, Path], argv: list[str],
+                                                               where: int) -> None:
+    loaded = _imported(argv, pair[where])
+    heavy = sorted(m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY))
+    assert heavy == []
+    assert "ctxstore.cli._agent" in loaded and "ctxstore.cli._sync" in loaded  # still registered statically
+
+
+def test_chat_still_loads_the_agent_layer_when_used(pair: tuple[Path, Path]) -> None:
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "ctxstore.cli", "chat", "t", "--offline"],
+                          cwd=pair[0], input="hi\n", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ctxstore.agents.loop" in done.stderr and "asyncio" in done.stderr
+    assert done.stdout == "Offline answer to: hi\n"

@@ -1,0 +1,144 @@
+"""Append revisions stored as deltas on their parent: they read back to the same bytes and id, the
+chain a read replays is bounded, and damaged records are refused instead of returned."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctxstore import MessageHistory
+from ctxstore.errors import CtxStoreError, DamagedData
+from ctxstore.format import codec
+from ctxstore.format.objects import Entry, Revision, parse_object
+from ctxstore.ids import ObjectId, object_id
+from ctxstore.store import lmdb as lmdb_store
+from ctxstore.store import records as rec
+from ctxstore.store import revisions
+from ctxstore.store.lmdb import LmdbStore
+from ctxstore.store.revisions import DELTA, MAX_CHAIN
+
+
+def _revisions(history: MessageHistory) -> list[tuple[ObjectId, bytes]]:
+    return [(oid, data) for oid, data in history.workspace.pending() if isinstance(parse_object(data), Revision)]
+
+
+def _forget_cache() -> None:
+    lmdb_store._REVISIONS = revisions.RevisionCache()  # a fresh process's cache: reads rebuild from disk
+
+
+def _commit_each(store: LmdbStore, messages: int, per_commit: int = 1) -> MessageHistory:
+    history, written = MessageHistory(), set()
+    for i in range(0, messages, per_commit):
+        history = history.extend([{"role": "user", "content": f"message {j}"} for j in range(i, i + per_commit)])
+        store.put_many([(o, d) for o, d in history.workspace.pending() if o not in written])
+        written |= {o for o, _ in history.workspace.pending()}
+    return history
+
+
+def _codec_of(store: LmdbStore, oid: ObjectId) -> int:
+    with store.environment.env.begin() as txn:
+        record = txn.get(rec.object_key(oid), db=store.environment.dbs[rec.OBJECTS])
+    return rec.record_value(record)[0]
+
+
+def test_a_revision_per_append_is_stored_as_a_small_delta_and_reads_back_exactly(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
+        history = _commit_each(store, 300)
+        revs = _revisions(history)
+        forms = [_codec_of(store, oid) for oid, _ in revs]
+        assert forms.count(DELTA) > 0.8 * len(revs)
+        for oid, _ in revs:
+            if _codec_of(store, oid) == DELTA:
+                assert store.stored_size(oid) < 200
+        _forget_cache()
+        for oid, data in reversed(revs):
+            assert store.get(oid) == data
+        assert store.get_many([oid for oid, _ in revs]) == [data for _, data in revs]
+        assert store.stats().object_bytes == sum(len(d) for _, d in history.workspace.pending())
+
+
+def test_no_read_replays_more_than_the_chain_limit(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
+        history = _commit_each(store, 600)
+        depths = []
+        for oid, _ in _revisions(history):
+            value = store.environment.env.begin().get(rec.object_key(oid), db=store.environment.dbs[rec.OBJECTS])
+            value = rec.record_value(value)
+            depths.append(value[1] if value[0] == DELTA else 0)
+        assert max(depths) <= MAX_CHAIN
+        assert 0 in depths[1:]  # checkpoints occur along the chain (where a leaf closes)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.one_of(st.integers(1, 40).map(lambda n: ("append", n)),
+                                st.integers(0, 1000).map(lambda n: ("remove", n)),
+                                st.just(("fork", 0))), min_size=1, max_size=25),
+       per_commit=st.booleans())
+def test_every_stored_revision_reads_back_to_its_canonical_bytes_and_id(
+        tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int]], per_commit: bool) -> None:
+    """Whatever mix of appends, edits and forks made them, and whether each was committed alone or all
+    at once, the store returns every revision's canonical bytes (which hash to its id)."""
+    path = tmp_path_factory.mktemp("s")
+    with LmdbStore(path, durable=False, auto_dictionary=False) as store:
+        history, n, written = MessageHistory(), 0, set()
+        for kind, arg in steps:
+            if kind == "append":
+                history = history.extend([{"role": "user", "content": f"m{n + j}"} for j in range(arg)])
+                n += arg
+            elif kind == "remove" and history.size:
+                entries = history.refs()
+                history = history.edit({"op": "remove", "id": entries[arg % len(entries)].id})
+            else:
+                history = history.fork()
+            if per_commit:
+                store.put_many([(o, d) for o, d in history.workspace.pending() if o not in written])
+                written |= {o for o, _ in history.workspace.pending()}
+        store.put_many(history.workspace.pending())
+        _forget_cache()
+        for oid, data in history.workspace.pending():
+            assert object_id(data) == oid
+            assert store.get(oid) == data
+
+
+def test_a_changed_stored_value_is_refused_not_returned(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
+        history = _commit_each(store, 40)
+        revs = _revisions(history)
+        delta_oid = next(oid for oid, _ in reversed(revs) if _codec_of(store, oid) == DELTA)
+        entry_oid = next(oid for oid, d in history.workspace.pending() if isinstance(parse_object(d), Entry))
+        env = store.environment
+        for oid in (delta_oid, entry_oid):
+            with env.env.begin(write=True) as txn:
+                key = rec.object_key(oid)
+                record = bytearray(txn.get(key, db=env.dbs[rec.OBJECTS]))
+                if record[rec.HEAD_SIZE] == DELTA:
+                    # the createdAt of the delta: still a well-formed record, but not this revision's
+                    fields = codec.decode(bytes(record[rec.HEAD_SIZE + 2:]))
+                    fields[1] += 1
+                    record[rec.HEAD_SIZE + 2:] = codec.encode(fields)
+                else:
+                    record[-3] ^= 0x20
+                txn.put(key, bytes(record), db=env.dbs[rec.OBJECTS])
+        _forget_cache()
+        for oid in (delta_oid, entry_oid):
+            with pytest.raises(DamagedData):
+                store.get(oid)
+            with pytest.raises(CtxStoreError):
+                store.get_many([oid])
+
+
+def test_the_delta_form_has_a_known_answer() -> None:
+    """docs/storage.md gives this vector: a second implementation must store the same bytes."""
+    parent = bytes(range(32))
+    entry = bytes(range(32, 64))
+    value = revisions.delta_value((ObjectId(parent), 1_700_000_000_000, ["e1"], [ObjectId(entry)], 321), 1)
+    assert value.hex() == KNOWN_DELTA
+    depth, fields = revisions.parse_delta(ObjectId(bytes(32)), value)
+    assert depth == 1 and fields == (parent, 1_700_000_000_000, ["e1"], [entry], 321)
+
+
+KNOWN_DELTA = ("0301855820000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f1b0000018bcfe5680081626531"
+               "815820202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f190141")
