@@ -168,3 +168,16 @@ def test_move_with_an_empty_before_consults_after() -> None:
 def test_changes_since_without_a_base_has_no_base_key() -> None:
     delta = MessageHistory().append(user("a")).changes_since()
     assert "base" not in delta and set(delta) == {"entries", "revisions", "head"}
+
+
+def test_meta_null_round_trips_as_given() -> None:
+    """An entry given `meta: null` keeps it through a snapshot and a JSON round trip, as the reference
+    does; an entry without meta still has no `meta` key."""
+    given = MessageHistory().append({"id": "a", "message": {"role": "user", "content": "x"}, "meta": None})
+    assert given.to_snapshot()["entries"] == [
+        {"id": "a", "kind": "turn", "message": {"role": "user", "content": "x"}, "meta": None}]
+    loaded = MessageHistory.from_snapshot(json.loads(json.dumps(given.to_snapshot())))
+    assert loaded.to_snapshot()["entries"][0]["meta"] is None and "meta" in loaded.to_snapshot()["entries"][0]
+    assert loaded.revision_id == given.revision_id
+    plain = MessageHistory().append({"id": "a", "message": {"role": "user", "content": "x"}})
+    assert "meta" not in plain.to_snapshot()["entries"][0]

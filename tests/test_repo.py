@@ -448,6 +448,29 @@ def test_opening_a_large_conversation_and_appending_reads_only_the_head_revision
     assert _reads_to_append(100) == _reads_to_append(100_000) == 2
 
 
+def _reads_to_rebase(revisions: int) -> int:
+    store = MemoryStore()
+    builder = Repository(store)
+    for i in range(revisions):
+        builder.append("main", [msg(f"m{i}")])
+    counting = CountingStore(store)
+    repo = Repository(counting)  # type: ignore[arg-type]
+    mine = repo.history("main").append(msg("mine"))
+    builder.append("main", [{"id": "theirs", "message": msg("theirs")}])  # another writer wins the race
+    before = counting.gets
+    result = repo.commit("main", mine, rebase=True)
+    assert [m["content"] for m in repo.history(result.new).render()][-2:] == ["theirs", "mine"]
+    return counting.gets - before
+
+
+def test_a_rebase_reads_the_two_lineages_ends_not_the_whole_conversation() -> None:
+    """A freshly loaded history that lost a race rebases reading what changed: the same few objects
+    whether the conversation has 50 revisions or 2,000 (appended ids are checked against the other
+    side's new revisions only, since the common lineage was checked when they were made)."""
+    small, large = _reads_to_rebase(50), _reads_to_rebase(2000)
+    assert small == large and large < 20
+
+
 def test_a_commit_stamps_what_it_writes_and_leaves_held_objects_of_a_foreign_history_alone() -> None:
     clock = Clock()
     repo = Repository(MemoryStore(clock=clock), clock=clock)

@@ -58,11 +58,15 @@ class Entry:
     message: dict[str, Any]
     meta: dict[str, Any] | None = None
     sources: list[str] | None = None
+    meta_null: bool = False
+    """The entry was given ``meta: null`` (kept as a CBOR null, distinct from no meta at all)."""
 
     def to_value(self) -> dict[str, Any]:
         value: dict[str, Any] = {"type": "entry", "id": self.id, "kind": self.kind, "message": self.message}
         if self.meta is not None:
             value["meta"] = self.meta
+        elif self.meta_null:
+            value["meta"] = None
         if self.sources is not None:
             value["sources"] = self.sources
         return value
@@ -303,7 +307,8 @@ def from_value(value: Any, *, trusted: bool = False) -> Object:
     try:
         obj: Object
         if kind == "entry":
-            obj = Entry(value["id"], value["kind"], value["message"], value.get("meta"), value.get("sources"))
+            obj = Entry(value["id"], value["kind"], value["message"], value.get("meta"), value.get("sources"),
+                        "meta" in value and value["meta"] is None)
         elif kind == "revision":
             revision = Revision(value.get("parent"), value["createdAt"], value.get("operation"),
                                 value[SPINE_KEY], value["size"])

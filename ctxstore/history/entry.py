@@ -26,12 +26,16 @@ class MessageHistoryEntry:
     kind: str = "turn"
     meta: dict[str, Any] | None = None
     sources: list[str] | None = None
+    meta_null: bool = False
+    """The entry was made with ``meta: null``, which its snapshot form keeps (as the seed does)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The entry in the seed's snapshot shape."""
         out: dict[str, Any] = {"id": self.id, "kind": self.kind, "message": plain_copy(self.message)}
         if self.meta is not None:
             out["meta"] = plain_copy(self.meta)
+        elif self.meta_null:
+            out["meta"] = None
         if self.sources is not None:
             out["sources"] = list(self.sources)
         return out
@@ -52,7 +56,8 @@ def read_entries(ws: Workspace, oids: list[ObjectId]) -> list[MessageHistoryEntr
             if _has_blobs(message):
                 message = expand_message(message, ws.value)
             out.append(MessageHistoryEntry(stored.id, message, stored.kind, stored.meta,
-                                           list(stored.sources) if stored.sources is not None else None))
+                                           list(stored.sources) if stored.sources is not None else None,
+                                           stored.meta_null))
     return out
 
 
@@ -97,4 +102,5 @@ def read_entry(ws: Workspace, oid: ObjectId) -> MessageHistoryEntry:
         kind=stored.kind,
         meta=plain_copy(stored.meta) if stored.meta is not None else None,
         sources=list(stored.sources) if stored.sources is not None else None,
+        meta_null=stored.meta_null,
     )

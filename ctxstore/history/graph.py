@@ -213,17 +213,29 @@ class Graph:
 
     def _index_revision(self, oid: ObjectId) -> None:
         ws = self.workspace
-        rev = ws.revision(oid, keep=False)
-        for entry_id, entry_oid in _operation_entries(ws, rev):
+        for entry_id, entry_oid in self._introductions(oid):
             ws.introduce(oid, entry_id, entry_oid)
+        ws.indexed.add(oid)
+
+    def introduced(self, revisions: Iterable[ObjectId]) -> dict[str, set[ObjectId]]:
+        """The entries (id -> oids) that `revisions` introduce, read from them alone, indexing nothing."""
+        out: dict[str, set[ObjectId]] = {}
+        for oid in revisions:
+            for entry_id, entry_oid in self._introductions(oid):
+                out.setdefault(entry_id, set()).add(entry_oid)
+        return out
+
+    def _introductions(self, oid: ObjectId) -> Iterator[tuple[str, ObjectId]]:
+        ws = self.workspace
+        rev = ws.revision(oid, keep=False)
+        yield from _operation_entries(ws, rev)
         # Items its tree holds that its parent's does not (leaves that differ: a superset); those it
         # shares are introduced by an ancestor already, and `introduce` drops them again.
         parent = [ws.revision(rev.parent, keep=False).seq] if rev.parent is not None else []
         for leaf in seq.diff([rev.seq], parent, ws.node).a_leaves:
             for entry_id, entry_oid in leaf.items:
                 if entry_oid is not None:
-                    ws.introduce(oid, entry_id, ObjectId(entry_oid))
-        ws.indexed.add(oid)
+                    yield entry_id, ObjectId(entry_oid)
 
 
 def _operation_entries(ws: Workspace, rev: Revision) -> Iterator[tuple[str, ObjectId]]:

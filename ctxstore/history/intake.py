@@ -109,9 +109,10 @@ def intake_entry(value: Any, *, kind: str | None = None, sources: list[str] | No
         entry_id = value.get("id")
         kind = kind or value.get("kind") or "turn"
         meta = value.get("meta")
+        meta_null = "meta" in value and meta is None  # the seed keeps `meta: null` as given
         sources = sources if sources is not None else value.get("sources")
     else:
-        message, entry_id, meta = value, None, None
+        message, entry_id, meta, meta_null = value, None, None, False
         kind = kind or "turn"
     explicit = entry_id is not None
     if entry_id is None:
@@ -132,7 +133,7 @@ def intake_entry(value: Any, *, kind: str | None = None, sources: list[str] | No
         message["content"] = _blob_out(content, blobs)
     elif isinstance(content, list):
         message["content"] = [_blob_out(block, blobs) for block in content]
-    entry = Entry(entry_id, kind, message, meta, sources)
+    entry = Entry(entry_id, kind, message, meta, sources, meta_null)
     try:
         oid, data = encode_object(entry)
     except EncodingError as exc:

@@ -249,6 +249,12 @@ class MessageHistory:
         found = other._graph.known_revision(revision_id)
         if found is None:
             raise UnknownRevision(f"revision {revision_id!r} is not in the history to replay from")
+        return self._replay(other, found, None)
+
+    def _replay(self, other: MessageHistory, found: ObjectId,
+                conflicts: Mapping[str, set[ObjectId]] | None) -> MessageHistory:
+        """`replay` of revision `found`; with `conflicts` (id -> entries), an appended id is checked against
+        those alone instead of this whole graph (what a rebase knows suffices, see `rebase_onto`)."""
         rev = other._revision(found)
         op = rev.operation
         if op is None:
@@ -257,7 +263,13 @@ class MessageHistory:
             self._copy_entry(other._ws, oid)
         if op["type"] == "append":
             made = list(zip(op["entryIds"], op["entries"], strict=True))
-            self._check_ids_free(made)
+            if conflicts is None:
+                self._check_ids_free(made)
+            else:
+                for entry_id, oid in made:
+                    if conflicts.get(entry_id, {oid}) != {oid}:
+                        raise DuplicateEntryId(
+                            f"entry id {entry_id!r} names different entries on the two lineages")
             return self._append_made(made, rev.created_at)
         if op["type"] == "edit":
             return self._apply_edit(op["patches"], rev.created_at)
@@ -291,11 +303,18 @@ class MessageHistory:
         if not isinstance(onto, MessageHistory):
             raise InvalidInput(f"rebase_onto needs a MessageHistory, not {type(onto).__name__}")
         mine = self._graph.since_common(self._head, onto._graph, onto._head)
+        if not mine:
+            return onto
+        # The ids this history appended were checked against its own graph when they were made, and
+        # that graph holds the common lineage; only what the other side added since can clash. So a
+        # rebase reads the two ends, never the whole lineage, even on a freshly loaded history.
+        theirs = onto._graph.since_common(onto._head, self._graph, self._head)
+        conflicts = onto._graph.introduced(theirs)
         result = onto
         for oid in reversed(mine):
             if _replaces_absent_sources(self._revision(oid).operation, result):
                 continue
-            result = result.replay(self, to_hex(oid))
+            result = result._replay(self, oid, conflicts)
         return result
 
     # -- snapshots and deltas ------------------------------------------------------------------

@@ -90,18 +90,21 @@ class Workspace:
         many = getattr(source, "get_many", None)
         for start in range(0, len(oids), _BATCH):
             chunk = oids[start:start + _BATCH]
-            unread = [oid for oid in chunk if oid not in decoded and oid not in pending]
+            # Decided for the whole batch before anything is yielded: the caller may read (and so evict
+            # from the cache) between two objects.
+            held: list[Object | bytes | None] = [decoded.get(oid) or pending.get(oid) for oid in chunk]
+            unread = [oid for oid, found in zip(chunk, held, strict=True) if found is None]
             if unread and source is None:
                 raise MissingObject(f"object {to_hex(unread[0])} is not in this history")
             read = iter(many(unread) if many is not None else [source.get(oid) for oid in unread]
                         ) if unread and source is not None else iter(())
-            for oid in chunk:
-                obj = decoded.get(oid)
-                if obj is not None:
-                    yield obj, False
-                    continue
-                data = pending.get(oid)
-                yield parse_object(next(read) if data is None else data, trusted=True), True
+            for found in held:
+                if found is None:
+                    yield parse_object(next(read), trusted=True), True
+                elif isinstance(found, bytes):
+                    yield parse_object(found, trusted=True), True
+                else:
+                    yield found, False
 
     def nodes(self, oids: list[ObjectId]) -> list[SeqNode]:
         """Seq nodes by id, read in batches (`read_many`)."""

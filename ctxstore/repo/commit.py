@@ -37,13 +37,15 @@ REBASES: Final = 100
 
 
 class WriterQueue:
-    """Writers that lost a race take turns: an advisory lock on a file (``flock``), shared by every
-    process and thread that opens the repository.
+    """Rebasing writers take turns: an advisory lock on a file (``flock``), shared by every process and
+    thread that opens the repository.
 
-    A writer whose first attempt found the ref moved waits for its turn, then rebases and commits
-    holding it, so only writers on their first attempt can still get in ahead of it: under any
-    contention each commit is retried a bounded number of times instead of losing race after race.
-    If the lock file cannot be made (a read-only or full disk), writers go without a queue.
+    A rebasing commit (`Repository.append`, `commit(rebase=True)`) holds its turn from its first try
+    until it lands, so rebasing writers never race each other: a lost race can only come from a writer
+    outside the queue (a plain commit, a received pack), and each commit is retried a bounded number of
+    times instead of losing race after race. The turn covers only the commit and its rebases, not the
+    work that built the history, so writers still prepare in parallel. If the lock file cannot be made
+    (a read-only or full disk), writers go without a queue and back off with jitter.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -149,22 +151,22 @@ def commit_rebasing(store: TransactionalStore, lineage: Lineage, ref: str, histo
     """Commit `history` to `ref`; whenever another writer got there first, rebase onto the ref and retry.
 
     The history's own revisions (their recorded operations) are replayed on the ref's new head, so
-    nobody's entries are lost. After the first lost race the writer waits its turn in `queue` (when
-    given) and keeps it until it commits; without one it backs off with jitter between tries. After
-    `retries` rebases the ref is still moving: `RefMoved`.
+    nobody's entries are lost. With a `queue` the writer waits its turn before its first try and keeps
+    it until it commits; without one it backs off with jitter between tries. After `retries` rebases
+    the ref is still moving: `RefMoved`.
     """
     if type(retries) is not int or retries < 1:
         raise InvalidInput(f"retries must be a positive whole number, not {retries!r}")
     head: ObjectId | None = None
     note = message
     with contextlib.ExitStack() as turn:
+        if queue is not None:
+            turn.enter_context(queue.turn())
         for attempt in range(retries):
             try:
                 return commit_many(store, lineage, {ref: history}, message=note)[0]
             except NonFastForward:  # RefMoved too: the ref moved on, so build on where it is now
-                if attempt == 0 and queue is not None:
-                    turn.enter_context(queue.turn())
-                elif queue is None:
+                if queue is None:
                     _backoff(attempt)
                 with store.transaction() as txn:
                     full = resolve_ref_name(ref, lambda n: txn.get_ref(n) is not None)

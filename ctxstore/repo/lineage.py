@@ -124,12 +124,29 @@ class Lineage:
         return False
 
     def descends(self, history: MessageHistory, ancestor: ObjectId) -> bool:
-        """Whether `ancestor` is in the history's lineage (the history's head included)."""
-        oid: ObjectId | None = from_hex(history.revision_id)
-        while oid is not None:
-            if oid == ancestor:
-                return True
-            oid = self.parent(oid, history)
+        """Whether `ancestor` is in the history's lineage (the history's head included).
+
+        Both chains are walked in turn, the history's back from its head and the ancestor's back from
+        it: the answer is found where they meet, so a history that does not descend (the ref moved on
+        elsewhere) costs the two ends back to their common revision, not the whole lineage.
+        """
+        mine: ObjectId | None = from_hex(history.revision_id)
+        theirs: ObjectId | None = ancestor
+        mine_seen: set[ObjectId] = set()
+        theirs_seen: set[ObjectId] = set()
+        while mine is not None or theirs is not None:
+            if mine is not None:
+                if mine == ancestor:
+                    return True
+                if mine in theirs_seen:
+                    return False  # met an ancestor of `ancestor` before `ancestor` itself
+                mine_seen.add(mine)
+                mine = self.parent(mine, history)
+            if theirs is not None:
+                if theirs in mine_seen:
+                    return theirs == ancestor
+                theirs_seen.add(theirs)
+                theirs = self.parent(theirs)
         return False
 
     def base_of(self, history: MessageHistory) -> ObjectId | None:

@@ -114,8 +114,7 @@ class _Records:
             if known is not None:
                 return known[0]  # checked against its id when it was cached
             rev = self.revision(oid, value)
-            parent = _REVISIONS.encoded(rev.parent) if rev.parent is not None else None
-            encoded = revisions.checked(oid, rev, None if parent is None else parent[1])
+            encoded = revisions.checked(oid, rev, _REVISIONS.levels_for(rev.parent))
             _REVISIONS.put(oid, rev, encoded)
             return encoded[0]
         data = self.decode(oid, value)
@@ -192,8 +191,7 @@ class _Records:
             return seq.node_id(node)
 
         rebuilt = revisions.rebuild(parent, delta, put)
-        known = _REVISIONS.encoded(parent_oid)
-        made, levels = revisions.revision_bytes(rebuilt, None if known is None else known[1])
+        made, levels = revisions.revision_bytes(rebuilt, _REVISIONS.levels_for(parent_oid))
         if made != data:
             return None
         # Kept with its bytes only if they hash to the id it is written under, as every read checks.

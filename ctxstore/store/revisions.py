@@ -153,6 +153,7 @@ class RevisionCache:
         self._encoded_limit = encoded
         self._held: dict[ObjectId, Revision] = {}
         self._encoded: dict[ObjectId, tuple[bytes, seq.SpineBytes | None]] = {}
+        self._last: seq.SpineBytes | None = None
         self._lock = threading.Lock()
 
     def get(self, oid: ObjectId) -> Revision | None:
@@ -162,6 +163,13 @@ class RevisionCache:
     def encoded(self, oid: ObjectId) -> tuple[bytes, seq.SpineBytes | None] | None:
         """A recent revision's canonical bytes (they hash to `oid`) and encoded levels, or None."""
         return self._encoded.get(oid)
+
+    def levels_for(self, parent: ObjectId | None) -> seq.SpineBytes | None:
+        """Encoded levels to encode a revision with: its parent's if they are here, else the last ones
+        kept (a chain walked backwards encodes each revision after its child, whose spine shares every
+        level but the leaves with it; `seq.encode_revision` reuses a level only where it is the same)."""
+        found = self._encoded.get(parent) if parent is not None else None
+        return found[1] if found is not None else self._last
 
     def put(self, oid: ObjectId, revision: Revision, encoded: tuple[bytes, seq.SpineBytes | None] | None = None
             ) -> None:
@@ -179,3 +187,5 @@ class RevisionCache:
                     for old in list(recent)[: self._encoded_limit // 2]:
                         del recent[old]
                 recent[oid] = encoded
+                if encoded[1] is not None:
+                    self._last = encoded[1]
