@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from ctxstore.cli import cli
 from ctxstore.errors import DamagedData, UnknownRef
 from ctxstore.format.objects import Entry, parse_object
 from ctxstore.refs import ReflogRecord
+from ctxstore.store.records import REFS
 
 SECRET = "the launch code is 0451-ZEBRA"
 
@@ -94,7 +97,8 @@ def test_fsck_repair_drops_only_the_damaged_reflog_record(repo_path: Path) -> No
     result = CliRunner().invoke(cli, ["--repo", str(repo_path), "fsck", "--repair"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["ok"] and report["repaired"] == ["dropped 1 damaged record(s) from the reflog of refs/heads/main"]
+    assert report["ok"] and report["repaired"] == [
+        "dropped 1 damaged or dangling record(s) from the reflog of refs/heads/main"]
     with Repository.open(repo_path) as repo:
         assert repo.reflog("main") == before[:-1]  # the two newest moves, in order
         assert repo.fsck().ok and repo.fsck(repair=True).repaired == []
@@ -174,3 +178,54 @@ def test_reflog_show_is_still_the_default_subcommand(repo_path: Path) -> None:
     assert plain.exit_code == shown.exit_code == 0
     assert plain.stdout == shown.stdout and len(json.loads(plain.stdout)) == 1
 
+
+
+def test_fsck_repair_drops_a_reflog_record_that_names_a_missing_object(repo_path: Path) -> None:
+    """A readable record naming an object the store lacks can restore nothing: fsck reports it (exit 6)
+    and --repair drops it, keeping the other records."""
+    with Repository.open(repo_path) as repo:
+        repo.append("main", [_user("one")])
+        before = repo.reflog("main")
+        with repo.store.transaction(write=True) as txn:
+            txn.append_reflog("refs/heads/main", ReflogRecord(None, b"\x07" * 32, 1, "dangling").encode())
+        assert any("missing" in p for p in repo.fsck().problems)
+    assert CliRunner().invoke(cli, ["--repo", str(repo_path), "fsck"]).exit_code == 6
+    result = CliRunner().invoke(cli, ["--repo", str(repo_path), "fsck", "--repair"])
+    assert result.exit_code == 0, result.output
+    with Repository.open(repo_path) as repo:
+        assert repo.reflog("main") == before and repo.fsck().ok
+
+
+def test_fsck_reports_a_ref_whose_value_is_not_an_object_id(repo_path: Path) -> None:
+    with Repository.open(repo_path) as repo:
+        repo.append("main", [_user("one")])
+        env = repo.store.environment  # the LMDB environment: write a ref value no API would write
+        with env.env.begin(write=True) as txn:
+            txn.put(b"refs/heads/broken", b"\x01\x02\x03", db=env.dbs[REFS])
+    result = CliRunner().invoke(cli, ["--repo", str(repo_path), "fsck"])
+    assert result.exit_code == 6
+    assert "refs/heads/broken holds 3 byte(s) that are not an object id" in result.stdout
+
+
+def test_a_corrupt_store_is_damage_for_render_and_a_path_clone(tmp_path: Path) -> None:
+    """A head revision whose stored bytes were changed on disk: render and clone exit 6 (damage) and say
+    to run fsck, instead of calling the revision unknown (3) or the request bad (2)."""
+    from ctxstore.store.records import OBJECTS
+
+    src = tmp_path / "src"
+    with Repository.init(src) as repo:
+        for i in range(3):
+            repo.append("main", [_user(f"message {i} " * 20)])
+        head = bytes.fromhex(repo.head("main") or "")
+        env = repo.store.environment
+        with env.env.begin(write=True) as txn:
+            key = next(k for k, _ in txn.cursor(db=env.dbs[OBJECTS]) if head.startswith(k[:8]))
+            value = bytearray(txn.get(key, db=env.dbs[OBJECTS]))
+            value[-3] ^= 0xFF
+            txn.put(key, bytes(value), db=env.dbs[OBJECTS])
+    for args in (["--repo", str(src), "render", "main"], ["clone", str(src), str(tmp_path / "dst")]):
+        # A new process: this one may hold the revision decoded from before the damage.
+        result = subprocess.run([sys.executable, "-m", "ctxstore.cli", *args], capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode == 6, (args, result.stdout, result.stderr)
+        assert "fsck" in result.stderr and "Traceback" not in result.stderr

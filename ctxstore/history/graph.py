@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ..errors import DuplicateEntryId, InvalidInput, InvalidObject, MissingObject
+from ..errors import DamagedData, DuplicateEntryId, InvalidInput, InvalidObject, MissingObject
 from ..format import seq
 from ..format.objects import Revision
 from ..ids import ObjectId, from_hex, to_hex
@@ -34,6 +34,8 @@ def readable_revision(ws: Workspace, text: Any) -> ObjectId | None:
     try:
         oid = from_hex(text)
         ws.revision(oid)
+    except DamagedData:
+        raise  # the object is there but its stored bytes are damaged: say so, do not call it unknown
     except (InvalidInput, MissingObject, InvalidObject):
         return None
     return oid

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidInput, InvalidObject, MissingObject
+from ..errors import DamagedData, InvalidInput, InvalidObject, MissingObject
 from ..format import seq
 from ..format.objects import Entry, Object, Revision, SeqNode, parse_object, revision_header
 from ..ids import ObjectId, to_hex
@@ -78,6 +78,8 @@ class _Reader:
             else:
                 try:
                     found = revision_header(self.source.get(oid))
+                except DamagedData:
+                    raise  # damaged stored bytes are damage (exit 6), not a request naming a non-revision
                 except InvalidObject:
                     raise InvalidInput(f"object {to_hex(oid)} is not a revision; wants and haves name "
                                        "revisions (what refs point at)") from None

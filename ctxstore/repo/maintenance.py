@@ -11,8 +11,8 @@ from typing import Any
 from ..errors import CtxStoreError, InvalidInput, MissingObject
 from ..format import seq
 from ..format.objects import Entry, Revision, parse_object, references
-from ..ids import ObjectId, object_id, to_hex
-from ..refs import reflog_records, rewrite_reflogs, scan_reflogs
+from ..ids import OID_SIZE, ObjectId, object_id, to_hex
+from ..refs import ReflogRecord, reflog_records, rewrite_reflogs, scan_reflogs
 from ..store.base import Transaction, TransactionalStore
 from .lineage import Lineage, read_object
 from .reports import FsckReport, GcReport, RepoStats
@@ -96,8 +96,14 @@ def fsck(store: TransactionalStore, progress: Progress | None = None, *, repair:
     report = FsckReport()
     if repair:
         with store.transaction(write=True) as txn:
-            dropped = rewrite_reflogs(txn, lambda _name, record: record is not None)
-        report.repaired = [f"dropped {n} damaged record(s) from the reflog of {name}"
+            # A record that does not read, or that names an object the store lacks, can restore
+            # nothing: it goes; every other record stays, in order.
+            def sound(_name: str, record: ReflogRecord | None) -> bool:
+                return record is not None and all(o is None or (_is_oid(o) and txn.has(o))
+                                                  for o in (record.old, record.new))
+
+            dropped = rewrite_reflogs(txn, sound)
+        report.repaired = [f"dropped {n} damaged or dangling record(s) from the reflog of {name}"
                            for name, n in dropped.items()]
     total = len(store) if progress is not None else 0
     for done, oid in enumerate(store):
@@ -131,9 +137,14 @@ def fsck(store: TransactionalStore, progress: Progress | None = None, *, repair:
     kinds: dict[ObjectId, type] = {}
     named: dict[ObjectId, str] = {}  # a root -> who names it, for the type check
     with store.transaction() as txn:
-        heads = txn.refs("refs/")
-        for name, oid in heads.items():
-            named.setdefault(oid, f"ref {name}")
+        heads = {}
+        for name, oid in txn.refs("refs/").items():
+            if _is_oid(oid):
+                heads[name] = oid
+                named.setdefault(oid, f"ref {name}")
+            else:
+                report.problems.append(f"ref {name} holds {len(oid)} byte(s) that are not an object id; "
+                                       f"point it at a revision (`ctxstore branch -f`) or delete it")
         for name, n, record in scan_reflogs(txn):
             if record is None:
                 report.problems.append(f"reflog of {name}: record {n} (0 is the newest) is damaged; "
@@ -288,3 +299,7 @@ def _disk_bytes(data: Path, fallback: int) -> int:
         return min(os.stat(data).st_blocks * 512, os.path.getsize(data))
     except OSError:
         return fallback
+
+
+def _is_oid(value: object) -> bool:
+    return type(value) is bytes and len(value) == OID_SIZE
