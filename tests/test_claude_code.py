@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import pty
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,42 @@ def test_the_cli_imports_a_projects_directory_with_progress_on_a_terminal(tmp_pa
     assert "importing sessions: 2/2 sessions (100%)" in text and "sessions/s" in text
     refs = json.loads(ctxstore(tmp_path, "refs").stdout)
     assert {"refs/heads/cc/-home-me-app/a", "refs/heads/cc/-home-me-app/b"} <= set(refs)
+
+
+def _stderr_on_a_terminal(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], str]:
+    master, slave = pty.openpty()
+    proc = subprocess.run([SCRIPT, *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=slave, text=True,
+                          timeout=60)
+    os.close(slave)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(master)
+    return proc, shown.decode()
+
+
+def test_importing_one_file_shows_progress_the_whole_way_on_a_terminal(tmp_path: Path) -> None:
+    """A single transcript and a single message file both show done/total and a rate while they are built
+    into histories, ending at 100%; without a terminal nothing is drawn."""
+    (tmp_path / "session.jsonl").write_text("\n".join(claude_session(300).lines()) + "\n")
+    (tmp_path / "messages.jsonl").write_text("".join(
+        json.dumps({"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"}) + "\n"
+        for i in range(2500)))
+    ctxstore(tmp_path, "init")
+    proc, shown = _stderr_on_a_terminal(tmp_path, "import", "session.jsonl", "--ref", "cc/s")
+    assert proc.returncode == 0, shown
+    assert re.search(r"importing: [\d,]+/([\d,]+) messages \(100%\)", shown) and "messages/s" in shown
+    proc, shown = _stderr_on_a_terminal(tmp_path, "import", "messages.jsonl", "--ref", "chat")
+    assert proc.returncode == 0, shown
+    assert "importing: 2,500/2,500 messages (100%)" in shown
+    piped = ctxstore(tmp_path, "import", "messages.jsonl", "--ref", "other")
+    assert "importing:" not in piped.stderr
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

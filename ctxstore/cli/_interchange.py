@@ -75,11 +75,13 @@ def import_(state: Context, file: str, ref: str | None, fmt: str, strict: bool, 
         emit(projects)
         return
     source = _open_source(file)
+    progress = ProgressLine("importing", "messages", enabled=None if not state.quiet else False)
     try:
         with reporting():
             result = import_file(repo, source, ref, format=None if fmt == "auto" else fmt, force=force,
-                                 strict=strict)
+                                 strict=strict, progress=progress.update)
     finally:
+        progress.close()
         if source is not sys.stdin:
             source.close()
     _tell_import(state, file, result)

@@ -23,7 +23,7 @@ from typing import Any, Final, cast
 from ..errors import CtxStoreError, InvalidInput
 from ..history.message_history import MessageHistory
 from ..repo.repository import Repository
-from .landing import ImportResult, land
+from .landing import ImportProgress, ImportResult, land
 from .messages import check_message, tool_use_ids
 from .source import Source, numbered_json_lines, read_text
 
@@ -301,7 +301,8 @@ def skipped_lines_text(lines: list[int]) -> str:
 
 
 def import_claude_code(repo: Repository, records: Transcript | Iterable[Any] | Source, ref: str | None = None, *,
-                       force: bool = False, strict: bool = False, message: str = "") -> ImportResult:
+                       force: bool = False, strict: bool = False, message: str = "",
+                       progress: ImportProgress | None = None) -> ImportResult:
     """Import a Claude Code transcript (a path, a text stream, its records or a parsed `Transcript`) as refs.
 
     The main line (ending at the last non-sidechain step) goes to `ref` (default ``claude/<session>``);
@@ -313,7 +314,8 @@ def import_claude_code(repo: Repository, records: Transcript | Iterable[Any] | S
     `restore` still reaches them. Malformed records are skipped and their lines listed in the result's
     `skipped`; with `strict` they make the import fail instead. All refs land in one commit: importing
     the file again moves nothing, a session that grew fast-forwards its refs, and a ref that the
-    transcript does not continue is replaced only with `force`.
+    transcript does not continue is replaced only with `force`. `progress(done, total)` follows the
+    steps as they are built.
     """
     transcript = records if isinstance(records, Transcript) else _records(records)
     if strict and transcript.skipped:
@@ -354,6 +356,8 @@ def import_claude_code(repo: Repository, records: Transcript | Iterable[Any] | S
             except CtxStoreError as exc:
                 raise InvalidInput(f"transcript record {uuid} (line {steps[uuid].line}): {exc}") from None
             states[uuid] = history
+            if progress is not None:
+                progress(len(states), len(steps))
         kind = "sidechain" if steps[first].sidechain else "fork"
         updates[base if tip == main else f"{base}/{kind}-{first[:8]}"] = history
     return land(repo, updates, format="claude", entries=len(steps), force=force, skipped=transcript.skipped,

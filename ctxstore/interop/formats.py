@@ -20,7 +20,7 @@ from ..history.message_history import MessageHistory
 from ..repo.repository import Repository
 from .claude_code import import_claude_code, is_transcript_record, parse_claude_code
 from .claude_export import claude_records, session_id_for
-from .landing import ImportResult, land
+from .landing import ImportProgress, ImportResult, land
 from .messages import check_messages, message_of
 from .source import Source, json_lines, numbered_json_lines, parse_json, read_text, source_name
 
@@ -120,13 +120,14 @@ def _message_list(value: Any) -> list[Any]:
 
 
 def import_file(repo: Repository, source: Source, ref: str | None = None, *, format: str | None = None,
-                force: bool = False, strict: bool = False) -> ImportResult:
+                force: bool = False, strict: bool = False, progress: ImportProgress | None = None) -> ImportResult:
     """Import a file (a path or a text stream) of any of `IMPORT_FORMATS` into `ref`.
 
     The format is detected from the content unless given. A Claude Code transcript names its own ref
     when `ref` is None (``claude/<session>``); other formats need one. `force` moves a ref that the
     import does not descend from (a snapshot of another lineage, a transcript that does not continue
     what the ref holds). A transcript's malformed lines are skipped and listed unless `strict`.
+    `progress(done, total)` follows the messages or transcript steps as they are built into histories.
     """
     if format is not None and format not in IMPORT_FORMATS:
         raise InvalidInput(f"unknown import format {format!r}; use one of {', '.join(IMPORT_FORMATS)}")
@@ -136,18 +137,19 @@ def import_file(repo: Repository, source: Source, ref: str | None = None, *, for
     if fmt == "claude":
         numbered, bad = numbered_json_lines(text)
         return import_claude_code(repo, parse_claude_code(numbered, skipped=bad), ref, force=force, strict=strict,
-                                  message=message)
+                                  message=message, progress=progress)
     if ref is None:
         raise InvalidInput(f"name the ref to import {source_name(source)} into (for example main); "
                            "only a Claude Code transcript names its own")
     if fmt == "snapshot":
         return import_snapshot(repo, ref, parse_json(text, "the snapshot"), force=force, message=message)
     messages = _message_list(parse_json(text, "the file")) if fmt == "json" else json_lines(text)
-    return replace(import_messages(repo, ref, messages, force=force, message=message), format=fmt)
+    return replace(import_messages(repo, ref, messages, force=force, message=message, progress=progress),
+                   format=fmt)
 
 
 def import_messages(repo: Repository, ref: str, messages: Sequence[Any], *, force: bool = False,
-                    batch: int = _BATCH, message: str = "") -> ImportResult:
+                    batch: int = _BATCH, message: str = "", progress: ImportProgress | None = None) -> ImportResult:
     """Append messages (or entry inputs with 'message') to a ref, `batch` per revision, in one commit.
 
     The messages are checked as the Messages API would (`messages.check_messages`) against the view
@@ -172,6 +174,8 @@ def import_messages(repo: Repository, ref: str, messages: Sequence[Any], *, forc
             history = history.extend(fresh[start:start + batch])
         except CtxStoreError as exc:
             raise InvalidInput(f"message {start + 1}..{min(start + batch, len(fresh))}: {exc}") from None
+        if progress is not None:
+            progress(min(start + batch, len(fresh)), len(fresh))
     return land(repo, {ref: history}, format="json", entries=len(messages), force=force, rebase=True,
                 message=message or "import messages")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +11,10 @@ from ..ids import HexId
 from ..repo.repository import Repository
 from ..report import json_fields
 
-__all__ = ["ImportResult", "land"]
+__all__ = ["ImportProgress", "ImportResult", "land"]
+
+ImportProgress = Callable[[int, int], None]
+"""Called as an import builds its histories: (messages or transcript steps done, of how many)."""
 
 
 @dataclass(frozen=True)

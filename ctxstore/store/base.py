@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..errors import InvalidInput, MissingObject, StoreError
+from ..format import objects
 from ..ids import OID_SIZE, ObjectId, to_hex
 
 __all__ = [
     "MAX_KEY_BYTES",
     "BatchWrites",
+    "HeaderSource",
     "ObjectSource",
     "ObjectStore",
     "Snapshot",
@@ -35,6 +37,7 @@ __all__ = [
     "WriteSet",
     "check_name",
     "check_oid",
+    "read_revision_header",
 ]
 
 _T = TypeVar("_T")
@@ -54,6 +57,32 @@ class ObjectSource(Protocol):
     def has(self, oid: ObjectId) -> bool:
         """Whether the object is held."""
         ...
+
+
+@runtime_checkable
+class HeaderSource(Protocol):
+    """The optional cheap read of a revision's header: what walks over many revisions need.
+
+    A source that has it (`MemoryStore`, `LmdbStore` and their transactions) answers from the stored
+    record without rebuilding the revision: a revision stored as a delta holds its parent and time, so
+    neither its spine is rebuilt nor its bytes hashed. What a header read checks and what only a full
+    `get` checks is in docs/storage.md (*Header reads*). Callers go through `read_revision_header`,
+    which falls back to `get` for a source without it.
+    """
+
+    def revision_header(self, oid: ObjectId) -> tuple[ObjectId | None, int]:
+        """A revision's parent and `createdAt`; `MissingObject` if absent, `InvalidObject` if the object
+        is not a revision, `DamagedData` if its record is damaged in a way the read can see."""
+        ...
+
+
+def read_revision_header(source: ObjectSource, oid: ObjectId) -> tuple[ObjectId | None, int]:
+    """A revision's parent and `createdAt`, read cheaply where the source can (`HeaderSource`), else from
+    its canonical bytes (`get`) without decoding the spine. Errors as `HeaderSource.revision_header`."""
+    header: Callable[[ObjectId], tuple[ObjectId | None, int]] | None = getattr(source, "revision_header", None)
+    if header is not None:
+        return header(oid)
+    return objects.revision_header(source.get(oid))
 
 
 @runtime_checkable
@@ -157,6 +186,9 @@ class Snapshot(Protocol):
     def get_config(self, key: str) -> bytes | None:
         """A config value, or None."""
         ...
+
+    # A snapshot may also have `revision_header(oid) -> (parent, createdAt) | None` (the cheap header read
+    # of `HeaderSource`, None if absent); `Transaction.revision_header` uses it where there is one.
 
 
 @dataclass(slots=True)
@@ -276,6 +308,24 @@ class Transaction:
             if oid in w.deleted:
                 return False
         return self._track("has", oid, self._snap.has(oid))
+
+    def revision_header(self, oid: ObjectId) -> tuple[ObjectId | None, int]:
+        """A revision's parent and `createdAt` (`HeaderSource`): from this transaction's own writes, or
+        from the backend's cheap header read where its snapshot has one, else from the canonical bytes."""
+        self._check_open()
+        check_oid(oid)
+        w = self._writes
+        if w is not None and (oid in w.objects or oid in w.deleted):
+            return objects.revision_header(self.get(oid))
+        header: Callable[[ObjectId], tuple[ObjectId | None, int] | None] | None = getattr(
+            self._snap, "revision_header", None)
+        if header is None:
+            return objects.revision_header(self.get(oid))
+        found = header(oid)
+        self._track("has", oid, found is not None)
+        if found is None:
+            raise MissingObject(f"object {to_hex(oid)} is not in the store")
+        return found
 
     def written_at(self, oid: ObjectId) -> int | None:
         """When the object was last written (ms since the epoch), or None if it is not held."""

@@ -22,7 +22,7 @@ from ..errors import CtxStoreError, DamagedData, EncodingError, MissingObject, N
 from ..format import codec, seq
 from ..format.codec import check_time_ms
 from ..format.codec import now_ms as _now_ms
-from ..format.objects import Revision, SeqNode, parse_object
+from ..format.objects import Revision, SeqNode, parse_object, revision_header
 from ..ids import OID_SIZE, ObjectId, object_id, to_hex
 from . import records as rec
 from . import revisions
@@ -122,6 +122,24 @@ class _Records:
             raise DamagedData(f"stored object {to_hex(oid)} is corrupt: its bytes do not hash to its id "
                               "(changed on disk or written under the wrong id); run `ctxstore fsck`")
         return data
+
+    def revision_header(self, oid: ObjectId) -> tuple[ObjectId | None, int] | None:
+        """A revision's parent and `createdAt` from its record, or None if it is not held.
+
+        A delta is not rebuilt: its parent and time are read from the record (framing and field types
+        checked, not the id: a full read does that). A revision stored whole is decoded and checked
+        against its id as `get` does, and its header read without decoding its spine.
+        """
+        value = self.find(oid)
+        if value is None:
+            return None
+        if value[0] == DELTA:
+            delta = revisions.parse_delta(oid, value)[1]
+            if delta[1] < 0:
+                raise DamagedData(f"stored revision {to_hex(oid)} is corrupt (a damaged delta record); "
+                                  "run `ctxstore fsck`")
+            return delta[0], delta[1]
+        return revision_header(self.canonical(oid, value))
 
     def revision(self, oid: ObjectId, value: bytes) -> Revision:
         """The revision a stored delta stands for, rebuilt from the checkpoint (or the cached revision)
@@ -635,6 +653,17 @@ class LmdbStore(BatchWrites):
         check_oid(oid)
         with self._reading() as records:
             return records.has(oid)
+
+    def revision_header(self, oid: ObjectId) -> tuple[ObjectId | None, int]:
+        """A revision's parent and `createdAt`, read from its record without rebuilding it (`HeaderSource`;
+        what is checked: docs/storage.md, *Header reads*). `MissingObject` if absent, `InvalidObject` if
+        it is not a revision, `DamagedData` if its record is damaged where the read can see it."""
+        check_oid(oid)
+        with self._reading() as records:
+            found = records.revision_header(oid)
+        if found is None:
+            raise MissingObject(f"object {to_hex(oid)} is not in the store")
+        return found
 
     def __contains__(self, oid: object) -> bool:
         return type(oid) is bytes and len(oid) == OID_SIZE and self.has(ObjectId(oid))

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 from ..errors import MissingObject, StoreError
 from ..format.codec import now_ms as _now_ms
+from ..format.objects import revision_header
 from ..ids import OID_SIZE, ObjectId, to_hex
 from .base import BatchWrites, StoreStats, Transaction, WriteSet, check_oid
 
@@ -90,6 +91,11 @@ class MemoryStore(BatchWrites):
         check_oid(oid)
         return oid in self._objects
 
+    def revision_header(self, oid: ObjectId) -> tuple[ObjectId | None, int]:
+        """A revision's parent and `createdAt`, read from its bytes without decoding its spine
+        (`HeaderSource`); `MissingObject` if absent, `InvalidObject` if it is not a revision."""
+        return revision_header(self.get(oid))
+
     def __iter__(self) -> Iterator[ObjectId]:
         self._check_open()
         with self._lock:
@@ -163,6 +169,10 @@ class _MemorySnapshot:
 
     def has(self, oid: ObjectId) -> bool:
         return oid in self._s._objects
+
+    def revision_header(self, oid: ObjectId) -> tuple[ObjectId | None, int] | None:
+        data = self._s._objects.get(oid)
+        return None if data is None else revision_header(data)
 
     def written_at(self, oid: ObjectId) -> int | None:
         return self._s._times.get(oid)
