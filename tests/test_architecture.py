@@ -36,8 +36,9 @@ RANKS: dict[str, int] = {
     "sync": 8,
     "interop": 9,
     "agents": 10,
-    "cli": 11,
-    "__init__": 12,
+    "integrations": 11,
+    "cli": 12,
+    "__init__": 13,
 }
 
 # Third-party packages that only these modules (or modules under these prefixes) may import.
@@ -48,6 +49,8 @@ OWNERS: dict[str, tuple[str, ...]] = {
     "uvicorn": ("ctxstore.sync.server",),
     "httpx2": ("ctxstore.sync.http",),
     "click": ("ctxstore.cli",),
+    "langgraph": ("ctxstore.integrations.langgraph",),
+    "langchain_core": ("ctxstore.integrations.langgraph",),
 }
 
 # Underscore names that are public API of the standard library (namedtuple's methods, sys internals).

@@ -142,3 +142,38 @@ def test_the_delta_form_has_a_known_answer() -> None:
 
 KNOWN_DELTA = ("0301855820000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f1b0000018bcfe5680081626531"
                "815820202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f190141")
+
+
+def test_a_header_read_of_a_delta_reads_its_record_without_rebuilding(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/storage.md, *Header reads*: a delta's parent and time come from its record (no rebuild, no
+    hash); a record damaged in those fields is refused only by a full read, one that no longer parses by
+    both."""
+    with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
+        history = _commit_each(store, 100)
+        revs = [(oid, data) for oid, data in _revisions(history) if _codec_of(store, oid) == DELTA]
+        _forget_cache()
+        rebuilds = []
+        real = revisions.rebuild
+        monkeypatch.setattr(revisions, "rebuild", lambda *a, **k: rebuilds.append(1) or real(*a, **k))
+        for oid, data in reversed(revs):
+            parsed = parse_object(data)
+            assert isinstance(parsed, Revision)
+            assert store.revision_header(oid) == (parsed.parent, parsed.created_at)
+        assert rebuilds == []
+        oid = revs[-1][0]
+        env = store.environment
+        with env.env.begin(write=True) as txn:
+            key = rec.object_key(oid)
+            record = bytearray(txn.get(key, db=env.dbs[rec.OBJECTS]))
+            fields = codec.decode(bytes(record[rec.HEAD_SIZE + 2:]))
+            fields[1] += 1
+            txn.put(key, bytes(record[:rec.HEAD_SIZE + 2]) + codec.encode(fields), db=env.dbs[rec.OBJECTS])
+        _forget_cache()
+        assert store.revision_header(oid)[1] == fields[1]  # read from the record as it is
+        with pytest.raises(DamagedData):
+            store.get(oid)  # the full read checks the id
+        with env.env.begin(write=True) as txn:
+            txn.put(key, bytes(record[:rec.HEAD_SIZE + 2]) + b"\xff", db=env.dbs[rec.OBJECTS])
+        with pytest.raises(DamagedData):
+            store.revision_header(oid)

@@ -40,6 +40,9 @@ QUICK_DEFAULT = 5
 
 # Rows that fail until a defect of issue 12 is fixed (by other work), by the start of the row's name.
 WAITING = {
+    "concurrency: writer latency": "defect 11 (appenders queue fairly among themselves, 20 s -> 0.14 s max in "
+                                   "tools/contention.py, but beside back-to-back gc and out-of-queue committers "
+                                   "an append still waited over 10 s)",
     "hub: load": "defect 3 (hub memory under load: bounded under 300 MB, but not yet flat over the minute)",
 }
 

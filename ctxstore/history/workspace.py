@@ -33,7 +33,7 @@ from ..errors import InvalidObject, MissingObject
 from ..format.objects import Entry, Object, Revision, SeqNode, encode_object, parse_object, revision_header
 from ..format.seq import SpineBytes, encode_node, encode_revision, spine_bytes
 from ..ids import ObjectId, object_id, to_hex
-from ..store.base import ObjectSource
+from ..store.base import ObjectSource, read_revision_header
 
 __all__ = ["Workspace"]
 
@@ -186,7 +186,10 @@ class Workspace:
         obj = self._decoded.get(oid)
         if type(obj) is Revision:
             return obj.parent
-        return revision_header(self.raw(oid))[0]
+        data = self._pending.get(oid)
+        if data is not None or self.source is None:
+            return revision_header(self.raw(oid))[0]
+        return read_revision_header(self.source, oid)[0]  # the store's cheap header read: no rebuild
 
     def entry(self, oid: ObjectId) -> Entry:
         obj = self.get(oid)

@@ -26,7 +26,7 @@ import random
 import re
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -42,7 +42,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.base import writes_sort_key as _writes_sort_key
 
-from ..errors import CtxStoreError, InvalidInput
+from ..errors import InvalidInput
 from ..history import MessageHistory, MessageHistoryEntry
 from ..repo import Repository
 
@@ -94,6 +94,8 @@ class _State:
     message_ids: dict[str, list[str]] = field(default_factory=dict)
     """Entry ids of each message channel's messages, in order."""
     view: list[str] = field(default_factory=list)
+    history: MessageHistory | None = None
+    """The history at this revision, when this process made it: appending to it reuses its entry index."""
 
 
 class CtxStoreSaver(BaseCheckpointSaver[str]):
@@ -125,7 +127,7 @@ class CtxStoreSaver(BaseCheckpointSaver[str]):
             prefix += _component(str(thread_id)) + "/"
             if ns is not None:
                 prefix += _component(ns) + "/"
-        out = []
+        out: list[tuple[str, str, str, str]] = []
         for name, revision in self.repo.refs(prefix).items():
             parts = name[len(CHECKPOINTS):].split("/")
             if len(parts) == 3:
@@ -157,10 +159,10 @@ class CtxStoreSaver(BaseCheckpointSaver[str]):
         for block in last.message["content"][1:]:
             raw[block["channel"]] = (block["serde"], block["data"])
             values[block["channel"]] = self.serde.loads_typed((block["serde"], _unb64(block["data"])))
-        message_ids: dict[str, list[str]] = {}
+        message_ids: dict[str, list[str]] = {c: [] for c in meta.get("messages", [])}
         for entry in entries[:-1]:
             channel = (entry.meta or {}).get("channel")
-            if channel is not None:
+            if channel in message_ids:
                 message_ids.setdefault(channel, []).append(entry.id)
         by_id = {e.id: e for e in entries}
         for channel in meta.get("messages", []):
@@ -202,11 +204,11 @@ class CtxStoreSaver(BaseCheckpointSaver[str]):
         def config(checkpoint_id: str) -> RunnableConfig:
             return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
 
-        checkpoint: Checkpoint = {**state.checkpoint, "channel_values": dict(state.values)}  # type: ignore[typeddict-item]
+        checkpoint = cast(Checkpoint, {**state.checkpoint, "channel_values": dict(state.values)})
         return CheckpointTuple(
             config=config(state.checkpoint_id),
             checkpoint=checkpoint,
-            metadata=dict(state.metadata),  # type: ignore[typeddict-item]
+            metadata=cast(CheckpointMetadata, dict(state.metadata)),
             parent_config=config(state.parent_id) if state.parent_id else None,
             pending_writes=self._writes(thread_id, ns, state.checkpoint_id),
         )
@@ -218,7 +220,7 @@ class CtxStoreSaver(BaseCheckpointSaver[str]):
         state = self._state(thread_id, ns, get_checkpoint_id(config))
         return None if state is None else self._tuple(thread_id, ns, state)
 
-    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,  # noqa: A002
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first, of one thread (and namespace) or of all, filtered as LangGraph's are."""
         thread_id = str(config["configurable"]["thread_id"]) if config else None
@@ -247,12 +249,13 @@ class CtxStoreSaver(BaseCheckpointSaver[str]):
         where = self._where(thread_id, ns)
         branch = BRANCHES + where
         parent = self._state(thread_id, ns, parent_id) if parent_id else None
-        history = self.repo.history(parent.revision if parent else branch)
         head = self.repo.head(branch)
-        # Without a stored parent the line starts anew, sharing nothing with an older one.
-        base_view: list[str] = parent.view[:-1] if parent else []
-        if parent is None and head is not None:
-            history = history.with_view([])
+        if parent is not None:
+            history = parent.history or self.repo.history(parent.revision)
+        else:  # a new line: on an existing branch it starts from an empty view
+            history = self.repo.history(branch)
+            if head is not None:
+                history = history.with_view([])
 
         values: dict[str, Any] = dict(checkpoint["channel_values"])
         rest = {k: v for k, v in checkpoint.items() if k != "channel_values"}
@@ -264,7 +267,8 @@ class CtxStoreSaver(BaseCheckpointSaver[str]):
         blocks: list[dict[str, Any]] = []
         message_channels: list[str] = []
         new_entries: list[dict[str, Any]] = []
-        view = list(base_view)
+        dropped: set[str] = set()
+        message_values: dict[str, list[BaseMessage]] = {}
         message_ids: dict[str, list[str]] = {}
         for channel in sorted(versions):
             fresh = channel in new_versions
@@ -284,24 +288,25 @@ class CtxStoreSaver(BaseCheckpointSaver[str]):
             if _is_messages(value):
                 message_channels.append(channel)
                 old_ids = parent.message_ids.get(channel, []) if parent else []
-                old = parent.values.get(channel, []) if parent else []
+                old = parent.values.get(channel, []) if parent and channel in parent.message_ids else []
                 n = len(old_ids)
-                if len(value) >= n and all(a is b or a == b for a, b in zip(old, value[:n], strict=False)):
+                if len(old) == n <= len(value) and all(a is b or a == b for a, b in zip(old, value[:n], strict=False)):
                     todo = value[n:]
                     ids = list(old_ids)
                 else:
-                    drop = set(old_ids)
-                    view = [i for i in view if i not in drop]
+                    dropped.update(old_ids)
                     todo, ids = value, []
                 for message in todo:
                     entry = self._message_entry(channel, message)
                     new_entries.append(entry)
                     ids.append(entry["id"])
-                    view.append(entry["id"])
                 message_ids[channel] = ids
+                message_values[channel] = list(value)
                 continue
-            serde, stored = self.serde.dumps_typed(value)
-            blocks.append({"type": "channel", "channel": channel, "serde": serde, "data": _b64(stored)})
+            if parent is not None:  # no longer a message list: its entries leave the view
+                dropped.update(parent.message_ids.get(channel, []))
+            serde, encoded = self.serde.dumps_typed(value)
+            blocks.append({"type": "channel", "channel": channel, "serde": serde, "data": _b64(encoded)})
         step = (metadata or {}).get("step")
         record = {
             "id": _entry_id(),
@@ -311,15 +316,20 @@ class CtxStoreSaver(BaseCheckpointSaver[str]):
             "meta": {"id": checkpoint["id"], "parent": parent_id, "type": kind, "checkpoint": _b64(data),
                      "metadata": _b64(meta_data), "messages": message_channels},
         }
-        if parent is not None and view != base_view[:len(view)]:
-            history = history.with_view(view[:len(view) - sum(1 for e in new_entries if e["id"] in view)])
+        if parent is not None and dropped:
+            history = history.with_view([i for i in parent.view if i not in dropped])
         history = history.extend([*new_entries, record])
-        try:
-            self.repo.commit(branch, history, force=head is not None and head != (parent.revision if parent else None))
-            self.repo.set_ref(f"{CHECKPOINTS}{where}/{checkpoint['id']}", history.revision_id)
-        except CtxStoreError:
-            raise
-        self._latest[(thread_id, ns)] = self._read(history.revision_id)
+        forks = parent is not None and head is not None and head != parent.revision
+        self.repo.commit(branch, history, force=forks, message="langgraph: fork" if forks else "langgraph: put")
+        self.repo.set_ref(f"{CHECKPOINTS}{where}/{checkpoint['id']}", history.revision_id)
+        view = [i for i in parent.view if i not in dropped] if parent else []
+        values = {c: message_values.get(c, parent.values.get(c) if parent else None) for c in message_channels}
+        values.update({b["channel"]: self.serde.loads_typed((b["serde"], _unb64(b["data"]))) for b in blocks})
+        self._latest[(thread_id, ns)] = _State(
+            history.revision_id, checkpoint["id"], parent_id, self.serde.loads_typed((kind, data)),
+            self.serde.loads_typed((kind, meta_data)), values,
+            {b["channel"]: (b["serde"], b["data"]) for b in blocks}, message_ids,
+            [*view, *(str(e["id"]) for e in new_entries), str(record["id"])], history)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
     def _message_entry(self, channel: str, message: BaseMessage) -> dict[str, Any]:
@@ -356,6 +366,39 @@ class CtxStoreSaver(BaseCheckpointSaver[str]):
                 self.repo.delete_ref(name, message="langgraph: delete thread")
         self._latest = {k: v for k, v in self._latest.items() if k[0] != str(thread_id)}
 
+    def _drop(self, thread_id: str, ns: str, checkpoint_id: str, why: str) -> None:
+        where = self._where(thread_id, ns)
+        for ref in (f"{CHECKPOINTS}{where}/{checkpoint_id}", f"{WRITES}{where}/{checkpoint_id}"):
+            if self.repo.head(ref) is not None:
+                self.repo.delete_ref(ref, message=f"langgraph: {why}")
+        self._latest.pop((thread_id, ns), None)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) whose metadata names one of `run_ids`."""
+        runs = set(run_ids)
+        if not runs:
+            return
+        for thread, ns, checkpoint_id, revision in self._tags():
+            if self._read(revision).metadata.get("run_id") in runs:
+                self._drop(thread, ns, checkpoint_id, "delete for runs")
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Keep only each namespace's latest checkpoint (`keep_latest`) or none (`delete`) of these threads.
+
+        The conversations' revisions stay in their refs' lineages; only the checkpoints' names go.
+        """
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidInput(f"unknown prune strategy {strategy!r}; expected keep_latest or delete")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                self.delete_thread(thread_id)
+                continue
+            seen: set[str] = set()
+            for thread, ns, checkpoint_id, _ in self._tags(str(thread_id)):
+                if ns in seen:
+                    self._drop(thread, ns, checkpoint_id, "prune")
+                seen.add(ns)
+
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a thread's refs under another thread id: every revision is shared, nothing is rewritten."""
         source, target = _component(str(source_thread_id)) + "/", _component(str(target_thread_id)) + "/"
@@ -378,7 +421,7 @@ class CtxStoreSaver(BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self.get_tuple(config)
 
-    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,  # noqa: A002
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
                     before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
         for item in self.list(config, filter=filter, before=before, limit=limit):
             yield item
@@ -393,6 +436,12 @@ class CtxStoreSaver(BaseCheckpointSaver[str]):
 
     async def adelete_thread(self, thread_id: str) -> None:
         self.delete_thread(thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self.delete_for_runs(run_ids)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self.prune(thread_ids, strategy=strategy)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         self.copy_thread(source_thread_id, target_thread_id)

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DamagedData, InvalidInput, InvalidObject, MissingObject
 from ..format import seq
-from ..format.objects import Entry, Object, Revision, SeqNode, parse_object, revision_header
+from ..format.objects import Entry, Object, Revision, SeqNode, parse_object
 from ..ids import ObjectId, to_hex
-from ..store.base import ObjectSource
+from ..store.base import ObjectSource, read_revision_header
 from .records import rebuild_tree
 from .stream import write_pack as _write_pack
 
@@ -39,6 +39,9 @@ _READ_BATCH = 512
 _NODE_CACHE = 4096
 _REVISION_CACHE = 32
 _ENTRY_CACHE = 256
+_HELD_BYTES = 32 * 1024 * 1024
+"""Canonical bytes of planned revisions a plan keeps for its pack, at most: the stream then does not read
+(and a store keeping revisions as deltas does not rebuild and hash) each of them a second time."""
 
 
 class _Reader:
@@ -50,9 +53,16 @@ class _Reader:
         self._headers: dict[ObjectId, tuple[ObjectId | None, int]] = {}
         self._nodes: dict[ObjectId, SeqNode] = {}
         self._entries: dict[ObjectId, Entry] = {}
+        self.held: dict[ObjectId, bytes] = {}
+        """Canonical bytes of revisions read, while `keep` lasts (bytes still to keep)."""
+        self.keep = 0
 
     def _parse(self, oid: ObjectId) -> Object:
-        return parse_object(self.source.get(oid), trusted=True)
+        data = self.source.get(oid)
+        if len(data) <= self.keep:
+            self.keep -= len(data)
+            self.held[oid] = data
+        return parse_object(data, trusted=True)
 
     def revision(self, oid: ObjectId) -> Revision:
         rev = self._revs.get(oid)
@@ -76,8 +86,8 @@ class _Reader:
             if rev is not None:
                 found = (rev.parent, rev.created_at)
             else:
-                try:
-                    found = revision_header(self.source.get(oid))
+                try:  # the store's cheap header read: a revision stored as a delta is not rebuilt
+                    found = read_revision_header(self.source, oid)
                 except DamagedData:
                     raise  # damaged stored bytes are damage (exit 6), not a request naming a non-revision
                 except InvalidObject:
@@ -181,6 +191,9 @@ class PackPlan:
     objects: list[ObjectId]
     rebuildable: frozenset[ObjectId] = frozenset()
     rebuilt: int = 0
+    held: Mapping[ObjectId, bytes] = field(default_factory=dict, repr=False, compare=False)
+    """Canonical bytes the walk read of some of its revisions (read from the store and checked there),
+    which `pack_objects` sends instead of reading them again."""
 
     def __len__(self) -> int:
         return len(self.objects)
@@ -220,6 +233,7 @@ def _plan(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[Objec
     reader = _Reader(source)
     haves = list(haves)
     revisions = _revisions_to_send(reader, wants, haves)
+    planned = set(revisions)
     have_spines = [reader.revision(h).seq for h in haves if reader.source.has(h)]
     out: list[ObjectId] = []
     sent: set[ObjectId] = set()  # objects in the pack or rebuilt by the receiver
@@ -241,6 +255,7 @@ def _plan(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[Objec
                 add(blob)
             add(entry_oid)
 
+    reader.keep = _HELD_BYTES  # each revision to send is read once more, below: keep its bytes
     for oid in revisions:
         rev = reader.revision(oid)
         if rebuild:
@@ -263,7 +278,8 @@ def _plan(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[Objec
         for node in reversed(d.a_nodes):
             add(node)
         add(oid)
-    return PackPlan(out, frozenset(rebuildable), rebuilt)
+    held = {oid: data for oid, data in reader.held.items() if oid in planned}
+    return PackPlan(out, frozenset(rebuildable), rebuilt, held)
 
 
 def _rebuild(reader: _Reader, rev: Revision) -> tuple[list[ObjectId], dict[ObjectId, tuple[ObjectId, ...]]] | None:
@@ -305,19 +321,20 @@ def pack_objects(store: ObjectSource, plan: PackPlan | list[ObjectId], *, level:
     """The pack of a plan (or of listed objects, in that order, as `objects_to_send` gives them)."""
     if not isinstance(plan, PackPlan):
         plan = PackPlan(list(plan))
-    return _write_pack(_read_objects(store, plan.objects), len(plan), level=level,
+    return _write_pack(_read_objects(store, plan.objects, plan.held), len(plan), level=level,
                        rebuildable=plan.rebuildable)
 
 
-def _read_objects(store: ObjectSource, oids: list[ObjectId]) -> Iterator[tuple[ObjectId, bytes]]:
+def _read_objects(store: ObjectSource, oids: list[ObjectId],
+                  held: Mapping[ObjectId, bytes]) -> Iterator[tuple[ObjectId, bytes]]:
     txn_of: Callable[..., Any] | None = getattr(store, "transaction", None)
     for start in range(0, len(oids), _READ_BATCH):
         batch = oids[start:start + _READ_BATCH]
         if txn_of is not None:
             with txn_of() as txn:
-                found = [(oid, txn.get(oid)) for oid in batch]
+                found = [(oid, held.get(oid) or txn.get(oid)) for oid in batch]
         else:
-            found = [(oid, store.get(oid)) for oid in batch]
+            found = [(oid, held.get(oid) or store.get(oid)) for oid in batch]
         yield from found
 
 

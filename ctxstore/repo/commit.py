@@ -50,17 +50,34 @@ class WriterQueue:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self.gate = self.path.with_name(self.path.name + ".gate")
 
     @contextlib.contextmanager
     def turn(self) -> Iterator[None]:
-        """Hold the queue: blocks until every writer ahead has committed (or given up)."""
+        """Hold the queue: blocks until every writer ahead has committed (or given up).
+
+        Two locks make the turns fair: a writer queues on the gate, then, alone at the gate, waits for
+        the turn itself and lets the gate go once it has it. A writer that just finished its turn and
+        comes straight back finds the gate held by the one next in line, so it cannot take the turn
+        again ahead of writers that were already waiting (flock alone favours whoever asks last).
+        """
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            gate = os.open(self.gate, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError:
             yield  # no queue on a read-only or full disk: back off with jitter only
             return
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # released by close, also if the process dies
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            os.close(gate)
+            yield
+            return
+        try:
+            fcntl.flock(gate, fcntl.LOCK_EX)  # locks are released by close, also if the process dies
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            finally:
+                os.close(gate)
             yield
         finally:
             os.close(fd)

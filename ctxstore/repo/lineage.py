@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import CtxStoreError, DamagedData, UnknownRevision
-from ..format.objects import Object, Revision, SeqNode, parse_object, revision_header
+from ..format.objects import Object, Revision, SeqNode, parse_object
 from ..history.message_history import MessageHistory
 from ..ids import ObjectId, from_hex, to_hex
-from ..store.base import TransactionalStore
+from ..store.base import TransactionalStore, read_revision_header
 from .reports import RevisionInfo
 
 __all__ = ["KNOWN_WALK", "Lineage", "read_object", "revision_info"]
@@ -88,9 +88,8 @@ class Lineage:
         if history is not None:
             parent = history.workspace.parent(oid)
         else:
-            data = self._store.get(oid)
             try:
-                parent = revision_header(data)[0]
+                parent = read_revision_header(self._store, oid)[0]  # no rebuild of a delta revision
             except CtxStoreError:
                 self.revision(oid)  # names what the object is instead
                 raise

@@ -200,8 +200,11 @@ def gc(store: TransactionalStore, grace: float, now_ms: int) -> GcReport:
                 report.kept_young += 1
     with store.transaction(write=True) as txn:
         live = txn.refs("refs/")
+        # Only deleted refs' reflogs can expire here, so only those are read inside the write lock (a live
+        # ref's reflog may hold a record per commit ever made).
+        deleted = [name for name in txn.reflog_names() if name not in live]
         dropped = rewrite_reflogs(
-            txn, lambda name, record: record is None or name in live or record.time_ms > cutoff)
+            txn, lambda name, record: record is None or record.time_ms > cutoff, deleted)
         report.reflog_entries_expired = sum(dropped.values())
         reachable(txn, roots(txn)[1], marked)
         doomed = []

@@ -30,12 +30,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ..errors import CtxStoreError, InvalidInput, MissingObject, StoreError
-from ..format import codec
+from ..errors import CtxStoreError, InvalidInput, InvalidObject, MissingObject, StoreError
+from ..format import codec, seq
+from ..format.objects import Revision, encode_object, revision_header
 from ..ids import ObjectId, object_id
-from .base import ObjectStore, Transaction, TransactionalStore
+from .base import ObjectStore, Transaction, TransactionalStore, read_revision_header
 
-__all__ = ["FakeClock", "StoreConformance", "make_object", "store_state"]
+__all__ = ["FakeClock", "StoreConformance", "make_object", "make_revisions", "store_state"]
 
 
 class FakeClock:
@@ -52,6 +53,22 @@ def make_object(i: int, text: str = "message") -> tuple[ObjectId, bytes]:
     """A distinct small object (id, canonical bytes) for each `i` and `text`."""
     data = codec.encode({"role": "user", "content": f"{text} {i}", "n": i})
     return object_id(data), data
+
+
+def make_revisions(n: int, start: int = 1_700_000_000_000) -> list[tuple[ObjectId, bytes]]:
+    """A chain of `n` append revisions (id, canonical bytes), one entry each, each the parent of the next:
+    what a conversation recorded one message per commit stores (a backend may keep them as deltas)."""
+    out: list[tuple[ObjectId, bytes]] = []
+    parent: ObjectId | None = None
+    spine: seq.Spine = [[]]
+    for i in range(n):
+        entry_id, entry_oid = f"e{i}", make_object(i, "entry")[0]
+        spine = seq.append(spine, [[entry_id, entry_oid]], seq.node_id)
+        rev = Revision(parent, start + i, {"type": "append", "entryIds": [entry_id], "entries": [entry_oid]},
+                       spine, i + 1)
+        parent, data = encode_object(rev)
+        out.append((parent, data))
+    return out
 
 
 def store_state(store: TransactionalStore, config_keys: tuple[str, ...] = ("a", "b", "c")) -> dict[str, object]:
@@ -183,6 +200,50 @@ class StoreConformance:
             store.get_many([oid, make_object(2)[0]])
         with pytest.raises(InvalidInput):
             store.get_many([oid, "not an id"])  # type: ignore[list-item]
+
+    def test_revision_headers_read_parent_and_time_as_the_full_bytes_say(
+            self, store: TransactionalStore) -> None:
+        """The cheap header read (where a backend has one) agrees with the canonical bytes, for revisions
+        committed one per transaction (what a backend may store as deltas) and all at once."""
+        chain = make_revisions(80)
+        for oid, data in chain[:40]:
+            store.put_many([(oid, data)])
+        store.put_many(chain[40:])
+        expected = {oid: revision_header(data) for oid, data in chain}
+        for oid, _data in reversed(chain):
+            assert read_revision_header(store, oid) == expected[oid]
+        with store.transaction() as txn:
+            for oid, _data in chain:
+                assert txn.revision_header(oid) == expected[oid]
+        for oid, data in chain:
+            assert store.get(oid) == data  # a header read leaves full reads as they were
+        more = make_revisions(82)[80:]
+        with store.transaction(write=True) as txn:  # its own writes, not yet committed
+            txn.write_objects(more)
+            for oid, data in more:
+                assert txn.revision_header(oid) == revision_header(data)
+            txn.delete_objects([chain[0][0]])
+            with pytest.raises(MissingObject):
+                txn.revision_header(chain[0][0])
+
+    def test_a_revision_header_of_an_absent_or_other_object_is_an_error(
+            self, store: TransactionalStore) -> None:
+        oid, data = make_object(1)
+        store.put_many([(oid, data)])
+        with pytest.raises(InvalidObject):
+            read_revision_header(store, oid)
+        absent = make_object(2)[0]
+        with pytest.raises(MissingObject):
+            read_revision_header(store, absent)
+        with store.transaction() as txn:
+            with pytest.raises(MissingObject):
+                txn.revision_header(absent)
+            with pytest.raises(InvalidObject):
+                txn.revision_header(oid)
+            with pytest.raises(InvalidInput):
+                txn.revision_header(b"short")  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput):
+            read_revision_header(store, b"short")  # type: ignore[arg-type]
 
     def test_put_many_counts_only_new_objects(self, store: TransactionalStore) -> None:
         items = [make_object(i) for i in range(10)]
