@@ -315,3 +315,31 @@ def test_training_on_too_few_objects_keeps_no_dictionary(tmp_path: Path) -> None
         store.put_many([chat(i) for i in range(10)])
         assert store.train_dictionary() is None
         assert store.dictionary_id() == 0
+
+
+def test_appenders_to_one_ref_through_map_growth_lose_no_commit(tmp_path: Path) -> None:
+    """Threads appending to one conversation on a tiny map: a transaction whose reads another writer
+    changed while the map grew is a lost race (RefMoved), which the commit loop retries; no append
+    fails and every message lands once."""
+    from ctxstore import Repository
+
+    errors: list[BaseException] = []
+    with LmdbStore(tmp_path / "s", map_size=64 * 1024, durable=False) as store:
+        repo = Repository(store)
+
+        def work(t: int) -> None:
+            try:
+                for j in range(15):
+                    repo.append("main", [{"role": "user", "content": f"{t}:{j} " + "x" * 3000}])
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert errors == []
+        texts = sorted(m["content"].split()[0] for m in repo.history("main").render())
+        assert texts == sorted(f"{t}:{j}" for t in range(4) for j in range(15))
+        assert store.map_size() > 64 * 1024

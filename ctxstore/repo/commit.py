@@ -142,6 +142,8 @@ def commit_many(store: TransactionalStore, lineage: Lineage, updates: Mapping[st
                     moves[full] = (current, head)
                 _write_objects(txn, pending, foreign)
                 apply_updates(txn, moves, message=message or "commit")
+        except RefMoved:
+            continue  # the store lost a race while it grew its map: nothing was written; check again
         except _Moved as moved:
             # Walk the lineage outside the writer's lock, reading the store as needed.
             if not lineage.descends(updates[moved.ref], moved.current):

@@ -20,7 +20,7 @@ from contextlib import contextmanager, suppress
 import lmdb
 import zstandard
 
-from ..errors import NotARepository, StoreError
+from ..errors import NotARepository, RefMoved, StoreError
 from .records import DATABASES, OLD_DATABASES
 
 __all__ = ["MAX_READERS", "Environment", "SharedLock", "acquire", "disk_full", "disk_full_error", "release",
@@ -304,7 +304,8 @@ class Environment:
 
         `need` is about how many bytes `body` writes. `first` is a write transaction from `begin` that the
         caller has already read in; after growing the map the retry runs in a fresh one, and only if
-        `still_valid(fresh)` says the caller's reads still hold (else nothing is written: `StoreError`).
+        `still_valid(fresh)` says the caller's reads still hold (else nothing is written: `RefMoved`, a
+        lost race the caller retries).
         With `sync`, a commit is flushed even if this environment was opened non-durable.
         """
         ltxn = first if first is not None else self.begin(write=True)
@@ -318,8 +319,9 @@ class Environment:
             # read (and based its writes on) is unchanged.
             if still_valid is not None and not still_valid(ltxn):
                 self.end(ltxn, commit=False)
-                raise StoreError("the store map filled and grew during a transaction, and another writer "
-                                 "changed what the transaction had read; nothing was written, retry it")
+                # A lost race, not an engine failure: the caller re-reads and tries again.
+                raise RefMoved("another writer changed what this transaction had read while the store map "
+                               "grew; nothing was written; read again and retry")
         if sync and not self.durable:
             self.sync()  # a durable store sharing an environment that was opened non-durable
 
