@@ -197,3 +197,37 @@ def test_fsck_beside_gc_reports_no_damage(tmp_path: Path) -> None:
     assert gc_proc.exitcode == 0
     assert [p for r in reports for p in r.problems] == []
     assert len(reports) >= 2
+
+
+def _plain_committer(path: str, tag: str, count: int, errors: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    """Plain commits in a tight loop (load, append, commit; on a lost race rebase and commit again)."""
+    with Repository.open(path, durable=False) as repo:
+        for i in range(count):
+            history = repo.history("main").append({"role": "user", "content": f"{tag}:{i}"})
+            while True:
+                try:
+                    repo.commit("main", history)
+                    break
+                except NonFastForward:
+                    history = repo.rebase(history, onto="main")
+    errors.put(None)
+
+
+def test_appends_beside_plain_committers_need_a_bounded_number_of_rebases(tmp_path: Path) -> None:
+    """Plain commits take turns with rebasing writers, so fast plain committers cannot starve an append:
+    with 3 processes committing in a tight loop and 3 appending with at most 4 rebases each, no append
+    runs out of rebases (it needed hundreds when plain commits bypassed the queue), and nothing is lost."""
+    path = tmp_path / "repo"
+    Repository.init(path, durable=False).close()
+    errors = _ctx.Queue()
+    procs = [_ctx.Process(target=_bounded_appender, args=(str(path), f"a{n}", 60, 4, errors)) for n in range(3)]
+    procs += [_ctx.Process(target=_plain_committer, args=(str(path), f"c{n}", 60, errors)) for n in range(3)]
+    for p in procs:
+        p.start()
+    outcomes = [errors.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert outcomes == [None] * len(procs)
+    with Repository.open(path) as repo:
+        contents = sorted(m["content"] for m in repo.history("main").render())
+    assert contents == sorted(f"{t}{n}:{i}" for t in "ac" for n in range(3) for i in range(60))

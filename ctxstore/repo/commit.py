@@ -28,7 +28,7 @@ from ..store.base import Transaction, TransactionalStore
 from .lineage import Lineage, read_object
 from .reports import CommitResult
 
-__all__ = ["CAS_RETRIES", "REBASES", "WriterQueue", "commit_many", "commit_rebasing"]
+__all__ = ["CAS_RETRIES", "REBASES", "WriterQueue", "commit_many", "commit_rebasing", "turn_of"]
 
 CAS_RETRIES: Final = 8
 """Transactions a commit tries while other writers move its refs forward (each try re-walks only news)."""
@@ -81,6 +81,11 @@ class WriterQueue:
             yield
         finally:
             os.close(fd)
+
+
+def turn_of(queue: WriterQueue | None) -> contextlib.AbstractContextManager[None]:
+    """The writer's turn in `queue`, or nothing to wait for without one."""
+    return queue.turn() if queue is not None else contextlib.nullcontext()
 
 
 _BACKOFF_BASE = 0.001

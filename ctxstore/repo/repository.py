@@ -224,14 +224,17 @@ class Repository:
         if rebase and not force:
             return _commit.commit_rebasing(self.store, self._lineage, ref, history, message=message,
                                            retries=retries, queue=self._writers)
-        return _commit.commit_many(self.store, self._lineage, {ref: history}, force=force, message=message)[0]
+        with _commit.turn_of(self._writers):  # plain commits take turns with rebasing ones, so none starves
+            return _commit.commit_many(self.store, self._lineage, {ref: history}, force=force,
+                                       message=message)[0]
 
     def commit_many(self, updates: Mapping[str, MessageHistory], *, force: bool = False,
                     message: str = "") -> list[CommitResult]:
         """`commit` several refs in one transaction: every ref moves, or none does. Moves in the order given."""
         for ref in updates:
             self._refuse_tag(ref)
-        return _commit.commit_many(self.store, self._lineage, updates, force=force, message=message)
+        with _commit.turn_of(self._writers):
+            return _commit.commit_many(self.store, self._lineage, updates, force=force, message=message)
 
     def rebase(self, history: MessageHistory, onto: str) -> MessageHistory:
         """Replay `history`'s own revisions (their recorded operations) on top of ref `onto`'s head."""
