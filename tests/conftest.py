@@ -254,3 +254,20 @@ def claude_session(records: int = 2000) -> ClaudeSession:
     while len(session.records) < records:
         session.turn()
     return session
+
+
+def drain(fd: int) -> bytes:
+    """Everything a pseudo-terminal's master side yields until the other side closes, then close it."""
+    import os
+
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)

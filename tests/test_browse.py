@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import claude_session
+from conftest import claude_session, drain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cli_subprocess import SCRIPT
@@ -90,18 +90,9 @@ def _in_a_terminal(cwd: Path, *args: str) -> str:
     proc = subprocess.Popen([SCRIPT, *args], cwd=cwd, stdout=slave, stderr=subprocess.PIPE,
                             env={**os.environ, "COLUMNS": "100", "TERM": "dumb"})
     os.close(slave)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(master)
+    shown = drain(master)
     assert proc.wait(timeout=60) == 0
-    return b"".join(chunks).decode()
+    return shown.decode()
 
 
 def test_on_a_terminal_render_show_and_ls_are_for_people(tmp_path: Path) -> None:

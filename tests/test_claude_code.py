@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SESSION, ClaudeSession, claude_session
+from conftest import SESSION, ClaudeSession, claude_session, drain
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_cli_subprocess import SCRIPT, ctxstore
@@ -214,16 +214,7 @@ def test_the_cli_imports_a_projects_directory_with_progress_on_a_terminal(tmp_pa
     proc = subprocess.run([SCRIPT, "import", str(projects)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=slave,
                           text=True, timeout=60)
     os.close(slave)
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(master)
+    shown = drain(master)
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["moved"] >= 2
     text = shown.decode()
@@ -237,16 +228,7 @@ def _stderr_on_a_terminal(tmp_path: Path, *args: str) -> tuple[subprocess.Comple
     proc = subprocess.run([SCRIPT, *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=slave, text=True,
                           timeout=60)
     os.close(slave)
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(master)
+    shown = drain(master)
     return proc, shown.decode()
 
 

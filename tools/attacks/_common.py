@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ctxstore import CtxStoreError, Repository  # noqa: E402
+from ctxstore import CtxStoreError, NonFastForward, Repository, pull, push  # noqa: E402
 from ctxstore.ids import from_hex  # noqa: E402
 
 CLI = [sys.executable, "-m", "ctxstore.cli"]
@@ -193,3 +193,14 @@ def main(run: Callable[[float, Path], list[Row]], default_seconds: float = 60) -
             rows = run(args.seconds, Path(tmp))
     print(json.dumps(rows, indent=2))
     sys.exit(1 if any(r["failed"] for r in rows) else 0)
+
+
+def push_rebasing(repo: Repository, token: str, tries: int) -> None:
+    """Push main to origin, pulling with rebase after each lost race, as a client of a busy hub does."""
+    for _ in range(tries):
+        try:
+            push(repo, "origin", ["main"], token=token)
+            return
+        except NonFastForward:
+            pull(repo, "origin", "main", rebase=True, token=token)
+    raise AssertionError(f"push lost {tries} races")

@@ -17,7 +17,18 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from _common import WRITE_TOKEN, Hub, HubDidNotStart, Latencies, Row, check_repository, first, main, row
+from _common import (
+    WRITE_TOKEN,
+    Hub,
+    HubDidNotStart,
+    Latencies,
+    Row,
+    check_repository,
+    first,
+    main,
+    push_rebasing,
+    row,
+)
 
 from ctxstore import CtxStoreError, NonFastForward, Repository, sync
 
@@ -72,14 +83,7 @@ def _worker(role: str, n: int, local: str, clone: str, until: float, out: str) -
                             del acked[old]
                     elif role == "push":
                         repo.append("main", [{"role": "user", "content": content}])
-                        for _ in range(200):
-                            try:
-                                sync.push(repo, "origin", ["main"], token=WRITE_TOKEN)
-                                break
-                            except NonFastForward:
-                                sync.pull(repo, "origin", "main", rebase=True, token=WRITE_TOKEN)
-                        else:
-                            raise AssertionError("push lost 200 races")
+                        push_rebasing(repo, WRITE_TOKEN, 200)
                         timed("push (with pull --rebase retries)", t0)
                         acked.setdefault("hub:main", []).append(content)
                     elif role == "fetch":

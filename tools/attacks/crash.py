@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import WRITE_TOKEN, Hub, HubDidNotStart, Row, check_repository, first, main, row
+from _common import WRITE_TOKEN, Hub, HubDidNotStart, Row, check_repository, first, main, push_rebasing, row
 
 from ctxstore import NonFastForward, Repository, sync
 from ctxstore.interop import import_file, import_messages
@@ -134,14 +134,7 @@ def _push(path: str, ack: _Acks, seed: int, rng: random.Random) -> None:
         for i in range(10_000):
             msgs = _messages(rng, f"p{seed}.{i}", rng.randrange(1, 20))
             repo.append("main", msgs)
-            for _ in range(50):
-                try:
-                    sync.push(repo, "origin", ["main"], token=WRITE_TOKEN)
-                    break
-                except NonFastForward:
-                    sync.pull(repo, "origin", "main", rebase=True, token=WRITE_TOKEN)
-            else:
-                raise AssertionError("push kept losing races")
+            push_rebasing(repo, WRITE_TOKEN, 50)
             ack("main", [m["content"] for m in msgs])
 
 
