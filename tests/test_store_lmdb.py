@@ -6,6 +6,7 @@ import multiprocessing as mp
 import os
 import signal
 import threading
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -209,25 +210,34 @@ def test_a_nested_write_transaction_in_one_thread_is_refused(tmp_path: Path) -> 
         assert not store.has(chat(2)[0])
 
 
-def test_threads_writing_through_map_growth_lose_nothing(tmp_path: Path) -> None:
+def _in_threads(work: Callable[[int], None], n: int) -> list[BaseException]:
+    """Run `work(0)` .. `work(n - 1)` in threads at once; the exceptions they raised."""
     errors: list[BaseException] = []
+
+    def guarded(t: int) -> None:
+        try:
+            work(t)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(t,)) for t in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return errors
+
+
+def test_threads_writing_through_map_growth_lose_nothing(tmp_path: Path) -> None:
     with LmdbStore(tmp_path / "s", map_size=64 * 1024, durable=False) as store:
 
         def work(t: int) -> None:
-            try:
-                for j in range(20):
-                    store.put_many([bulky(t * 1000 + j * 10 + k) for k in range(5)])
-                    with store.transaction() as txn:
-                        txn.refs()
-            except BaseException as exc:
-                errors.append(exc)
+            for j in range(20):
+                store.put_many([bulky(t * 1000 + j * 10 + k) for k in range(5)])
+                with store.transaction() as txn:
+                    txn.refs()
 
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        assert errors == []
+        assert _in_threads(work, 4) == []
         assert len(store) == 4 * 20 * 5
         assert store.map_size() > 64 * 1024
 
@@ -323,23 +333,14 @@ def test_appenders_to_one_ref_through_map_growth_lose_no_commit(tmp_path: Path) 
     fails and every message lands once."""
     from ctxstore import Repository
 
-    errors: list[BaseException] = []
     with LmdbStore(tmp_path / "s", map_size=64 * 1024, durable=False) as store:
         repo = Repository(store)
 
         def work(t: int) -> None:
-            try:
-                for j in range(15):
-                    repo.append("main", [{"role": "user", "content": f"{t}:{j} " + "x" * 3000}])
-            except BaseException as exc:
-                errors.append(exc)
+            for j in range(15):
+                repo.append("main", [{"role": "user", "content": f"{t}:{j} " + "x" * 3000}])
 
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        assert errors == []
+        assert _in_threads(work, 4) == []
         texts = sorted(m["content"].split()[0] for m in repo.history("main").render())
         assert texts == sorted(f"{t}:{j}" for t in range(4) for j in range(15))
         assert store.map_size() > 64 * 1024
