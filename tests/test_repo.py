@@ -464,11 +464,13 @@ def _reads_to_rebase(revisions: int) -> int:
 
 
 def test_a_rebase_reads_the_two_lineages_ends_not_the_whole_conversation() -> None:
-    """A freshly loaded history that lost a race rebases reading what changed: the same few objects
-    whether the conversation has 50 revisions or 2,000 (appended ids are checked against the other
-    side's new revisions only, since the common lineage was checked when they were made)."""
+    """A freshly loaded history that lost a race rebases reading what changed: a few objects whether the
+    conversation has 50 revisions or 2,000 (appended ids are checked against the other side's new
+    revisions only, since the common lineage was checked when they were made)."""
+    # A few objects either way (how many depends on whether an append closes a chunk, which random entry
+    # ids decide); walking the lineage would read over 2,000 at 2,000 revisions.
     small, large = _reads_to_rebase(50), _reads_to_rebase(2000)
-    assert small == large and large < 20
+    assert small < 20 and large < 20
 
 
 def test_a_commit_stamps_what_it_writes_and_leaves_held_objects_of_a_foreign_history_alone() -> None:
