@@ -855,3 +855,16 @@ def test_rebase_replays_only_what_the_other_side_lacks_on_long_lineages() -> Non
     assert [m["content"] for m in rebased.render()][-3:] == ["m1999", "theirs", "mine"]
     assert rebased.size == 2002 and list(rebased.lineage())[1] == theirs.revision_id
     assert theirs.rebase_onto(theirs).revision_id == theirs.revision_id
+
+
+def test_split_at_common_cuts_two_chains_where_they_meet() -> None:
+    """Both sides' own revisions and the newest shared one, whichever side reaches it first; chains that
+    never meet share nothing."""
+    from ctxstore.history.graph import split_at_common
+
+    shared = [b"c3", b"c2", b"c1"]
+    mine, theirs = [b"m2", b"m1", *shared], [b"t1", *shared]
+    assert split_at_common(iter(mine), iter(theirs)) == ([b"m2", b"m1"], [b"t1"], b"c3")
+    assert split_at_common(iter(theirs), iter(mine)) == ([b"t1"], [b"m2", b"m1"], b"c3")
+    assert split_at_common(iter(shared), iter(mine)) == ([], [b"m2", b"m1"], b"c3")  # an ancestor
+    assert split_at_common(iter([b"a"]), iter([b"b"])) == ([b"a"], [b"b"], None)

@@ -41,6 +41,38 @@ def readable_revision(ws: Workspace, text: Any) -> ObjectId | None:
     return oid
 
 
+def split_at_common(mine: Iterator[ObjectId],
+                    theirs: Iterator[ObjectId]) -> tuple[list[ObjectId], list[ObjectId], ObjectId | None]:
+    """Two revision chains (each newest first) cut where they meet: what only the first holds, what only
+    the second holds, and the newest revision they share (None if they never meet). The chains are read
+    in turn, so only their ends back to that revision are read, however long the shared lineage is."""
+    a: list[ObjectId] = []
+    b: list[ObjectId] = []
+    a_seen: set[ObjectId] = set()
+    b_seen: set[ObjectId] = set()
+    a_done = b_done = False
+    while not (a_done and b_done):
+        if not a_done:
+            oid = next(mine, None)
+            if oid is None:
+                a_done = True
+            elif oid in b_seen:
+                return a, b[:b.index(oid)], oid
+            else:
+                a.append(oid)
+                a_seen.add(oid)
+        if not b_done:
+            oid = next(theirs, None)
+            if oid is None:
+                b_done = True
+            elif oid in a_seen:
+                return a[:a.index(oid)], b, oid
+            else:
+                b.append(oid)
+                b_seen.add(oid)
+    return a, b, None
+
+
 class Graph:
     """The revisions reachable from `tips` through `workspace`, with entry-id lookup over them.
 
@@ -99,34 +131,6 @@ class Graph:
         while oid is not None:
             yield oid
             oid = self.workspace.parent(oid)
-
-    def since_common(self, head: ObjectId, other: Graph, other_head: ObjectId) -> list[ObjectId]:
-        """`head` and its ancestors down to (not including) the newest revision `other_head`'s lineage
-        shares with it, newest first: both chains are walked in turn, so only their ends are read."""
-        mine_chain, theirs_chain = self.chain(head), other.chain(other_head)
-        mine: list[ObjectId] = []
-        mine_seen: set[ObjectId] = set()
-        theirs_seen: set[ObjectId] = set()
-        mine_done = theirs_done = False
-        while not (mine_done and theirs_done):
-            if not mine_done:
-                oid = next(mine_chain, None)
-                if oid is None:
-                    mine_done = True
-                elif oid in theirs_seen:
-                    return mine
-                else:
-                    mine.append(oid)
-                    mine_seen.add(oid)
-            if not theirs_done:
-                oid = next(theirs_chain, None)
-                if oid is None:
-                    theirs_done = True
-                elif oid in mine_seen:
-                    return mine[:mine.index(oid)]
-                else:
-                    theirs_seen.add(oid)
-        return mine
 
     def revisions(self) -> list[ObjectId]:
         """Every revision reachable from the tips, parents before children."""

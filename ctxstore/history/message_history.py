@@ -19,7 +19,7 @@ from ..ids import ObjectId, to_hex
 from ..store.base import ObjectSource
 from .budget import estimate_tokens
 from .entry import MessageHistoryEntry, read_entries, read_messages
-from .graph import Graph, readable_revision
+from .graph import Graph, readable_revision, split_at_common
 from .intake import check_patch, expand_message
 from .patches import TARGETED, Item, apply_patch, edit_items, respliced
 from .snapshot import delta_of, load_into, snapshot_of
@@ -302,13 +302,12 @@ class MessageHistory:
         """
         if not isinstance(onto, MessageHistory):
             raise InvalidInput(f"rebase_onto needs a MessageHistory, not {type(onto).__name__}")
-        mine = self._graph.since_common(self._head, onto._graph, onto._head)
+        mine, theirs, _common = split_at_common(self._graph.chain(self._head), onto._graph.chain(onto._head))
         if not mine:
             return onto
         # The ids this history appended were checked against its own graph when they were made, and
         # that graph holds the common lineage; only what the other side added since can clash. So a
         # rebase reads the two ends, never the whole lineage, even on a freshly loaded history.
-        theirs = onto._graph.since_common(onto._head, self._graph, self._head)
         conflicts = onto._graph.introduced(theirs)
         result = onto
         for oid in reversed(mine):

@@ -6,11 +6,12 @@ checks and ``~N`` lookups cost dictionary lookups.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import CtxStoreError, DamagedData, UnknownRevision
 from ..format.objects import Object, Revision, SeqNode, parse_object
+from ..history.graph import split_at_common
 from ..history.message_history import MessageHistory
 from ..ids import ObjectId, from_hex, to_hex
 from ..store.base import TransactionalStore, read_revision_header
@@ -125,28 +126,18 @@ class Lineage:
     def descends(self, history: MessageHistory, ancestor: ObjectId) -> bool:
         """Whether `ancestor` is in the history's lineage (the history's head included).
 
-        Both chains are walked in turn, the history's back from its head and the ancestor's back from
-        it: the answer is found where they meet, so a history that does not descend (the ref moved on
-        elsewhere) costs the two ends back to their common revision, not the whole lineage.
+        It is exactly when the newest revision the two chains share is `ancestor` itself, so a history
+        that does not descend (the ref moved on elsewhere) costs the two ends back to their common
+        revision, not the whole lineage.
         """
-        mine: ObjectId | None = from_hex(history.revision_id)
-        theirs: ObjectId | None = ancestor
-        mine_seen: set[ObjectId] = set()
-        theirs_seen: set[ObjectId] = set()
-        while mine is not None or theirs is not None:
-            if mine is not None:
-                if mine == ancestor:
-                    return True
-                if mine in theirs_seen:
-                    return False  # met an ancestor of `ancestor` before `ancestor` itself
-                mine_seen.add(mine)
-                mine = self.parent(mine, history)
-            if theirs is not None:
-                if theirs in mine_seen:
-                    return theirs == ancestor
-                theirs_seen.add(theirs)
-                theirs = self.parent(theirs)
-        return False
+        _mine, _theirs, common = split_at_common(self._chain(from_hex(history.revision_id), history),
+                                                 self._chain(ancestor))
+        return common == ancestor
+
+    def _chain(self, oid: ObjectId | None, history: MessageHistory | None = None) -> Iterator[ObjectId]:
+        while oid is not None:
+            yield oid
+            oid = self.parent(oid, history)
 
     def base_of(self, history: MessageHistory) -> ObjectId | None:
         """The newest revision of the lineage that the store already holds: where the history was loaded."""
