@@ -51,6 +51,12 @@ OWNERS: dict[str, tuple[str, ...]] = {
     "click": ("ctxstore.cli",),
     "langgraph": ("ctxstore.integrations.langgraph",),
     "langchain_core": ("ctxstore.integrations.langgraph",),
+    "agents": ("ctxstore.integrations.openai_agents",),
+    "mcp": ("ctxstore.integrations.mcp",),
+    "psycopg": ("ctxstore.store.postgres",),
+    "psycopg_pool": ("ctxstore.store.postgres",),
+    "boto3": ("ctxstore.store.s3",),
+    "botocore": ("ctxstore.store.s3",),
 }
 
 # Underscore names that are public API of the standard library (namedtuple's methods, sys internals).
