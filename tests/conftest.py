@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -271,3 +278,86 @@ def drain(fd: int) -> bytes:
         chunks.append(chunk)
     os.close(fd)
     return b"".join(chunks)
+
+
+# -- real servers: PostgreSQL and an S3-compatible store (tools/services.py) ---------------------------
+
+def _services() -> ModuleType:
+    """tools/services.py, loaded by path (tools/ is not a package)."""
+    name = "ctxstore_tools_services"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent.parent / "tools" / "services.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _unavailable(why: str) -> None:
+    """Skip the tests that need a server that cannot run here; under CI (``CI`` set) fail instead."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{why} (CI is set, so this fails instead of skipping)")
+    pytest.skip(why)
+
+
+@dataclass(frozen=True)
+class S3Endpoint:
+    """An S3-compatible server for the tests: its URL and the key and secret it accepts."""
+
+    url: str
+    key: str
+    secret: str
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL database URL: $CTXSTORE_TEST_POSTGRES if set, else a server started for this session
+    (skipped where PostgreSQL cannot run, failed instead when $CI is set)."""
+    url = os.environ.get("CTXSTORE_TEST_POSTGRES")
+    if url:
+        yield url
+        return
+    services = _services()
+    why = services.have_postgres()
+    if why is not None:
+        _unavailable(why)
+    # Under /tmp, not pytest's tmp_path: the postgres user must be able to reach the directory.
+    root = Path(tempfile.mkdtemp(prefix="ctxstore-pg-"))
+    root.chmod(0o755)
+    try:
+        service = services.start_postgres(root / "pg")
+    except services.ServiceError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        _unavailable(f"PostgreSQL did not start: {exc}")
+    try:
+        yield service.url
+    finally:
+        service.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[S3Endpoint]:
+    """An S3-compatible server: $CTXSTORE_TEST_S3 (with $CTXSTORE_TEST_S3_KEY and _SECRET) if set, else
+    SeaweedFS started for this session (skipped where it cannot run, failed instead when $CI is set)."""
+    url = os.environ.get("CTXSTORE_TEST_S3")
+    if url:
+        yield S3Endpoint(url, os.environ.get("CTXSTORE_TEST_S3_KEY", ""), os.environ.get("CTXSTORE_TEST_S3_SECRET", ""))
+        return
+    services = _services()
+    why = services.have_s3()
+    if why is not None:
+        _unavailable(why)
+    root = Path(tempfile.mkdtemp(prefix="ctxstore-s3-"))
+    try:
+        service = services.start_s3(root / "s3")
+    except services.ServiceError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        _unavailable(f"SeaweedFS did not start: {exc}")
+    try:
+        yield S3Endpoint(service.url, service.env["CTXSTORE_TEST_S3_KEY"], service.env["CTXSTORE_TEST_S3_SECRET"])
+    finally:
+        service.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -24,16 +26,15 @@ WRITE = "w" * 24
 CLI = [sys.executable, "-m", "ctxstore.cli"]
 
 
-class Hub:
-    """A hub subprocess serving a directory of repositories."""
+class Served:
+    """A `ctxstore serve --http 127.0.0.1:0 ...` subprocess, with the URL it printed."""
 
-    def __init__(self, root: Path, *extra: str) -> None:
-        tokens = root.parent / "tokens"
-        tokens.write_text(f"# scope token name\nread {READ} reader\nwrite {WRITE} writer\n")
-        argv = [*CLI, "serve", "--http", "127.0.0.1:0", str(root), "--tokens", str(tokens), *extra]
-        self.proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    def __init__(self, *serve_args: str, env: dict[str, str] | None = None) -> None:
+        argv = [*CLI, "serve", "--http", "127.0.0.1:0", *serve_args]
+        self.proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True,
+                                     env=None if env is None else {**os.environ, **env})
         assert self.proc.stderr is not None
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         line = ""
         while time.monotonic() < deadline:
             line = self.proc.stderr.readline()
@@ -42,13 +43,27 @@ class Hub:
         assert "serving" in line, f"hub did not start: {line!r}"
         self.url = line.rsplit(" on ", 1)[1].strip()
 
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Hub(Served):
+    """A hub subprocess serving a directory of repositories, with a read and a write token."""
+
+    def __init__(self, root: Path, *extra: str) -> None:
+        tokens = root.parent / "tokens"
+        tokens.write_text(f"# scope token name\nread {READ} reader\nwrite {WRITE} writer\n")
+        super().__init__(str(root), "--tokens", str(tokens), *extra)
 
 
 @pytest.fixture()

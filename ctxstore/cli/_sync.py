@@ -102,16 +102,24 @@ def _host_port(text: str) -> tuple[str, int]:
               help="Seconds a client may stop reading an answer before the hub hangs up.")
 @click.option("--max-connections", type=click.IntRange(1), default=None,
               help="Open connections past which the hub answers 503.")
+@click.option("--store", "store", metavar="URL",
+              help="Serve every repository in this PostgreSQL database (postgresql://USER@HOST:PORT/DB) "
+                   "instead of PATH; tokens kept there count too (`ctxstore hub`).")
+@click.option("--blobs", metavar="s3://BUCKET/PREFIX", help="With --store: where large blobs live (S3).")
+@click.option("--s3-endpoint", metavar="URL", help="With --blobs: the S3 service's endpoint (default AWS).")
 @click.option("--new-token", is_flag=True, help="Print a fresh random token for a token file and exit.")
 def serve(path: str | None, stdio: bool, http: str | None, tokens_file: str | None,
           allow_anonymous_read: bool, certfile: str | None, keyfile: str | None, max_body: int | None,
           request_timeout: float | None, max_push_size: int | None, max_push_objects: int | None,
           pack_jobs: int | None, queue_timeout: float | None, header_timeout: float | None,
-          send_timeout: float | None, max_connections: int | None, new_token: bool) -> None:
+          send_timeout: float | None, max_connections: int | None, store: str | None, blobs: str | None,
+          s3_endpoint: str | None, new_token: bool) -> None:
     """Serve a repository (or, over HTTP, a directory of repositories) to fetch, pull, push and clone.
 
     PATH is a repository directory (default: this one); over HTTP it may also be a directory whose
-    repositories are served at http://HOST:PORT/<relative path>.
+    repositories are served at http://HOST:PORT/<relative path>. With --store, the hub serves every
+    repository of a PostgreSQL database and keeps no state itself: run as many as you like on one
+    database, behind one address.
     """
     if new_token:
         import secrets
@@ -120,32 +128,54 @@ def serve(path: str | None, stdio: bool, http: str | None, tokens_file: str | No
         return
     if stdio == bool(http):
         fail("say how to serve: --stdio or --http HOST:PORT", EXIT_USAGE)
-    root = Path(path) if path else current_context().location()
+    if store is not None and (path is not None or stdio):
+        fail("--store serves the database's repositories over --http; give no PATH and no --stdio", EXIT_USAGE)
+    if (blobs or s3_endpoint) and store is None:
+        fail("--blobs and --s3-endpoint go with --store", EXIT_USAGE)
+    if s3_endpoint and not blobs:
+        fail("--s3-endpoint needs --blobs s3://BUCKET/PREFIX", EXIT_USAGE)
+    root = Path(path) if path else None if store is not None else current_context().location()
     if stdio:
+        assert root is not None
         _serve_stdio(root)
         return
     from ..sync.server import DEFAULT_MAX_BODY, DEFAULT_REQUEST_TIMEOUT, HubSettings, load_tokens, serve_http
 
     if bool(certfile) != bool(keyfile):
         fail("TLS needs both --certfile and --keyfile", EXIT_USAGE)
-    if not root.is_dir():
+    if root is not None and not root.is_dir():
         fail(f"nothing to serve at {root}: no such directory", EXIT_NOT_FOUND)
+    host, port = _host_port(http or "")
     with reporting():
         tokens = load_tokens(tokens_file) if tokens_file else []
-    if not tokens and not allow_anonymous_read:
+    repositories = None
+    served = str(root)
+    if store is not None:
+        from ._hub import require_postgres
+
+        require_postgres()
+        from ..sync.stores import PostgresRepositories, redacted_url
+
+        served = redacted_url(store)
+        with reporting():
+            repositories = PostgresRepositories(store, blobs=blobs, s3_endpoint=s3_endpoint)
+            tokens_there = len(repositories.tokens())
+        if not tokens_there and not tokens and not allow_anonymous_read:
+            say("ctxstore: warning: no tokens in the database (`ctxstore hub token add`), no --tokens and no "
+                "--allow-anonymous-read: every request will be refused")
+    elif not tokens and not allow_anonymous_read:
         say("ctxstore: warning: no --tokens and no --allow-anonymous-read: every request will be refused")
     settings = HubSettings(root, tokens, allow_anonymous_read, max_body or DEFAULT_MAX_BODY,
-                           request_timeout or DEFAULT_REQUEST_TIMEOUT)
+                           request_timeout or DEFAULT_REQUEST_TIMEOUT, repositories=repositories)
     # Each limit left unset keeps HubSettings' default.
     settings = dataclasses.replace(
         settings, max_push_size=max_push_size or settings.max_push_size,
         max_push_objects=max_push_objects or settings.max_push_objects, pack_jobs=pack_jobs or settings.pack_jobs,
         queue_timeout=queue_timeout or settings.queue_timeout, header_timeout=header_timeout or settings.header_timeout,
         send_timeout=send_timeout or settings.send_timeout, max_connections=max_connections or settings.max_connections)
-    host, port = _host_port(http or "")
 
     def ready(url: str) -> None:
-        say(f"serving {root} on {url}")
+        say(f"serving {served} on {url}")
         sys.stderr.flush()
 
     with reporting():

@@ -13,7 +13,7 @@ from ..format import seq
 from ..format.objects import Entry, Revision, parse_object, references
 from ..ids import OID_SIZE, ObjectId, object_id, to_hex
 from ..refs import ReflogRecord, reflog_records, rewrite_reflogs, scan_reflogs
-from ..store.base import Transaction, TransactionalStore
+from ..store.base import Transaction, TransactionalStore, maintenance_lock
 from .lineage import Lineage, read_object
 from .reports import FsckReport, GcReport, RepoStats
 
@@ -198,7 +198,9 @@ def gc(store: TransactionalStore, grace: float, now_ms: int) -> GcReport:
                 sizes[oid] = _stored_size(store, oid)
             else:
                 report.kept_young += 1
-    with store.transaction(write=True) as txn:
+    # The store's maintenance lock (store.base.maintenance_lock), if it has one, keeps writers out of the
+    # deletion and of what the store deletes after it (a PostgreSQL store's bucket keys).
+    with maintenance_lock(store), store.transaction(write=True) as txn:
         live = txn.refs("refs/")
         # Only deleted refs' reflogs can expire here, so only those are read inside the write lock (a live
         # ref's reflog may hold a record per commit ever made).

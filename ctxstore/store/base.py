@@ -15,8 +15,9 @@ them the commit fails with `StoreError` instead of applying decisions made on st
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -37,7 +38,10 @@ __all__ = [
     "WriteSet",
     "check_name",
     "check_oid",
+    "check_repository_name",
+    "maintenance_lock",
     "read_revision_header",
+    "read_stored_append",
 ]
 
 _T = TypeVar("_T")
@@ -83,6 +87,31 @@ def read_revision_header(source: ObjectSource, oid: ObjectId) -> tuple[ObjectId 
     if header is not None:
         return header(oid)
     return objects.revision_header(source.get(oid))
+
+
+StoredAppend = tuple[ObjectId, int, list[str], list[ObjectId]]
+"""An append revision as a store keeps it: parent, `createdAt`, the appended entry ids and entry oids."""
+
+
+def read_stored_append(source: ObjectSource, oid: ObjectId) -> StoredAppend | None:
+    """The append a revision is stored as, where the source stores append revisions as deltas
+    (`stored_append`, docs/storage.md): the source checked on write that it rebuilds the revision's
+    exact bytes, and checks on this read that its record is intact, so a pack can send it rebuildable
+    without rebuilding it. None where the revision is stored whole, is absent, or the source keeps no
+    deltas (the default: `get` it)."""
+    found: Callable[[ObjectId], StoredAppend | None] | None = getattr(source, "stored_append", None)
+    return None if found is None else found(oid)
+
+
+def maintenance_lock(store: object) -> AbstractContextManager[None]:
+    """The store's maintenance lock, which gc holds around its deleting transaction, where the store has
+    one: an optional ``store.maintenance()`` context manager (`PostgresStore`: the repository's gc lock,
+    held exclusive, which every write transaction takes shared, so no writer is between writing a blob to
+    the bucket and committing while gc deletes bucket keys). Otherwise there is nothing to hold:
+    `MemoryStore` and `LmdbStore` run one write transaction at a time, so gc's deleting transaction
+    already excludes every writer."""
+    held: Callable[[], AbstractContextManager[None]] | None = getattr(store, "maintenance", None)
+    return held() if held is not None else nullcontext()
 
 
 @runtime_checkable
@@ -152,6 +181,22 @@ def check_name(name: object, what: str = "ref name") -> bytes:
     return key
 
 
+_REPOSITORY_NAME_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_MAX_REPOSITORY_NAME = 200
+
+
+def check_repository_name(name: object) -> str:
+    """A repository name a hub or a database may hold: ``/``-separated parts of letters, digits, ``.``,
+    ``_`` and ``-``, each starting with a letter or digit (so no ``..`` and no hidden name), at most 200
+    characters; `InvalidInput` otherwise."""
+    if not isinstance(name, str) or not name or len(name) > _MAX_REPOSITORY_NAME or \
+            not all(_REPOSITORY_NAME_PART.fullmatch(part) for part in name.split("/")):
+        raise InvalidInput(f"invalid repository name {name!r}: use parts of letters, digits, '.', '_' and '-' "
+                           f"separated by '/', each starting with a letter or digit, at most "
+                           f"{_MAX_REPOSITORY_NAME} characters (like team/support)")
+    return name
+
+
 class Snapshot(Protocol):
     """A backend's consistent view inside one transaction: what `Transaction` reads through."""
 
@@ -189,6 +234,8 @@ class Snapshot(Protocol):
 
     # A snapshot may also have `revision_header(oid) -> (parent, createdAt) | None` (the cheap header read
     # of `HeaderSource`, None if absent); `Transaction.revision_header` uses it where there is one.
+    # It may also have `has_many(oids) -> set of those held`, which `Transaction.put_objects` then uses
+    # for its lookups instead of one `has` per object.
 
 
 @dataclass(slots=True)
@@ -327,6 +374,17 @@ class Transaction:
             raise MissingObject(f"object {to_hex(oid)} is not in the store")
         return found
 
+    def stored_append(self, oid: ObjectId) -> StoredAppend | None:
+        """The append revision `oid` is stored as, where the backend's snapshot stores deltas
+        (`read_stored_append`); None for this transaction's own writes and anything stored whole."""
+        self._check_open()
+        check_oid(oid)
+        w = self._writes
+        if w is not None and (oid in w.objects or oid in w.deleted):
+            return None
+        found: Callable[[ObjectId], StoredAppend | None] | None = getattr(self._snap, "stored_append", None)
+        return None if found is None else found(oid)
+
     def written_at(self, oid: ObjectId) -> int | None:
         """When the object was last written (ms since the epoch), or None if it is not held."""
         self._check_open()
@@ -342,15 +400,27 @@ class Transaction:
         for the writer that is about to point a ref at it.
         """
         w = self._writeset()
-        new = 0
+        items: list[tuple[ObjectId, bytes]] = []
         for oid, data in objects:
             check_oid(oid)
             if not isinstance(data, bytes | bytearray | memoryview):
                 raise InvalidInput(f"object {to_hex(oid)}: data must be bytes, not {type(data).__name__}")
-            if not self.has(oid):
+            items.append((oid, bytes(data)))
+        # One lookup for the batch where the snapshot has one (a database server's store: a round trip
+        # per object would hold its writer lock for as many round trips as a pack has objects).
+        known: dict[ObjectId, bool] = {}
+        has_many: Callable[[list[ObjectId]], set[ObjectId]] | None = getattr(self._snap, "has_many", None)
+        if has_many is not None:
+            ask = list(dict.fromkeys(oid for oid, _ in items if oid not in w.objects and oid not in w.deleted))
+            if len(ask) > 1:
+                found = has_many(ask)
+                known = {oid: self._track("has", oid, oid in found) for oid in ask}
+        new = 0
+        for oid, data in items:
+            if not (known.pop(oid) if oid in known else self.has(oid)):
                 new += 1
             w.deleted.discard(oid)
-            w.objects[oid] = bytes(data)
+            w.objects[oid] = data
         return new
 
     def write_objects(self, objects: Iterable[tuple[ObjectId, bytes]]) -> None:

@@ -1,11 +1,15 @@
-"""The hub: the sync protocol over HTTP (Starlette on uvicorn), serving one repository or a directory.
+"""The hub: the sync protocol over HTTP (Starlette on uvicorn), serving the repositories of one place.
 
 Each repository answers ``GET <repo>/refs``, ``POST <repo>/fetch`` and ``POST <repo>/push`` (see
-`sync.http` and ``docs/protocol.md``). Callers authenticate with bearer tokens from a token file, each
-with ``read`` or ``write`` scope; reads may be opened to anonymous callers, pushes never are. Tokens are
-compared in constant time (blake3 digests through `hmac.compare_digest`, so length leaks nothing either).
-Request bodies are bounded in size (413) and in the time they take to arrive (408). Everything outside
-the served directory, and every name that is not a repository, is 404.
+`sync.http` and ``docs/protocol.md``). Where the repositories live is a `Repositories`: a directory of
+LMDB repositories (`RepositoryDirectory`, or one repository served at the root), or a PostgreSQL database
+(`ctxstore.sync.stores`), which makes the hub stateless so that any number of hub processes can serve one
+database. Callers authenticate with bearer tokens (from a token file, and from the `Repositories` itself),
+each with ``read``, ``write`` or ``admin`` scope; reads may be opened to anonymous callers, pushes never
+are, and ``admin`` may also list and create repositories (``/.hub/repositories``). Tokens are compared in
+constant time (blake3 digests through `hmac.compare_digest`, so length leaks nothing either). Request
+bodies are bounded in size (413) and in the time they take to arrive (408). Everything outside the served
+directory, and every name that is not a repository, is 404.
 """
 
 from __future__ import annotations
@@ -13,16 +17,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import os
 import socket
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import blake3
 from starlette.applications import Starlette
@@ -42,8 +47,10 @@ from ..errors import (
     NotARepository,
     RefError,
     RemoteError,
+    RepositoryExists,
 )
 from ..repo.repository import Repository
+from ..store.base import check_repository_name
 from .http import CONTENT_TYPE
 from .protocol import MAX_FRAME, Service, encode_error, encode_frame, read_request
 
@@ -57,11 +64,17 @@ __all__ = [
     "DEFAULT_QUEUE_TIMEOUT",
     "DEFAULT_REQUEST_TIMEOUT",
     "DEFAULT_SEND_TIMEOUT",
+    "SCOPES",
     "HubSettings",
+    "Repositories",
+    "RepositoryDirectory",
+    "Scope",
     "Token",
+    "check_repository_name",
     "create_app",
     "load_tokens",
     "serve_http",
+    "token_digest",
 ]
 
 DEFAULT_MAX_BODY = 1 << 30
@@ -75,9 +88,13 @@ DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_SEND_TIMEOUT = 60.0
 DEFAULT_MAX_CONNECTIONS = 1000
 _SPOOL_IN_MEMORY = 1 << 20
-Scope = Literal["read", "write"]
+Scope = Literal["read", "write", "admin"]
+SCOPES: tuple[Scope, ...] = ("read", "write", "admin")
+"""Token scopes, each allowing what the ones before it do: fetch and clone; push; list and create repositories."""
 _Spool = tempfile.SpooledTemporaryFile[bytes]
 _OPS = ("refs", "fetch", "push")
+_ADMIN = ".hub"
+"""The first path segment of the admin endpoints: a hidden name, so never a repository's."""
 
 
 @dataclass(frozen=True)
@@ -89,12 +106,17 @@ class Token:
     digest: bytes = field(repr=False)
 
 
-def _digest(secret: str) -> bytes:
+def token_digest(secret: str) -> bytes:
+    """What a hub keeps of a token: its blake3 digest (compared in constant time, never the token itself)."""
     return blake3.blake3(secret.encode("utf-8")).digest()
 
 
+def _rank(scope: Scope | None) -> int:
+    return -1 if scope is None else SCOPES.index(scope)
+
+
 def load_tokens(path: str | os.PathLike[str]) -> list[Token]:
-    """Read a token file: one ``SCOPE TOKEN [NAME]`` per line (scope read or write); # starts a comment."""
+    """Read a token file: one ``SCOPE TOKEN [NAME]`` per line (scope read, write or admin); # starts a comment."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -104,18 +126,122 @@ def load_tokens(path: str | os.PathLike[str]) -> list[Token]:
         words = line.split("#", 1)[0].split()
         if not words:
             continue
-        if len(words) < 2 or words[0] not in ("read", "write") or len(words[1]) < 16:
-            raise InvalidInput(f"{path} line {number}: expected 'read|write TOKEN [NAME]' with a token of at "
-                               "least 16 characters (make one with `ctxstore serve --new-token`)")
-        tokens.append(Token(" ".join(words[2:]) or f"line {number}", words[0], _digest(words[1])))  # type: ignore[arg-type]
+        if len(words) < 2 or words[0] not in SCOPES or len(words[1]) < 16:
+            raise InvalidInput(f"{path} line {number}: expected 'read|write|admin TOKEN [NAME]' with a token "
+                               "of at least 16 characters (make one with `ctxstore serve --new-token`)")
+        scope: Scope = words[0]
+        tokens.append(Token(" ".join(words[2:]) or f"line {number}", scope, token_digest(words[1])))
     return tokens
+
+
+@runtime_checkable
+class Repositories(Protocol):
+    """Where a hub's repositories live: what it opens for a URL, creates and lists, and the tokens kept there.
+
+    A name is the URL path below the hub (``team/support``; ``""`` is the hub's root URL). Every call may
+    come from any of the hub's threads. The hub closes it when it stops.
+    """
+
+    def open(self, name: str) -> Repository | None:
+        """The repository called `name`, or None when there is none (or the name cannot be one)."""
+        ...
+
+    def create(self, name: str) -> Repository:
+        """Create repository `name` (`check_repository_name`); `RepositoryExists` if it is there."""
+        ...
+
+    def names(self) -> list[str]:
+        """Every repository's name, sorted."""
+        ...
+
+    def tokens(self) -> Sequence[Token]:
+        """The tokens kept with the repositories (besides the hub's token file); read on every request."""
+        ...
+
+    def close(self) -> None:
+        """Release what the repositories hold open."""
+        ...
+
+
+class RepositoryDirectory:
+    """The repositories in one directory tree, each an LMDB repository at its relative path; or, when the
+    directory is a repository itself, that one at the root (name ``""``). No tokens are kept here."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).resolve()
+        self.single = (self.root / "format").is_file()
+        self._repos: dict[Path, Repository] = {}
+        self._lock = threading.Lock()
+
+    def _target(self, name: str) -> Path | None:
+        parts = [p for p in name.split("/") if p != ""]
+        if self.single:
+            return None if parts else self.root
+        if not parts or any(p in ("", ".", "..") or p.startswith(".") or "\\" in p or "\x00" in p for p in parts):
+            return None
+        target = self.root.joinpath(*parts).resolve()
+        if not target.is_relative_to(self.root) or target == self.root:
+            return None
+        return target
+
+    def open(self, name: str) -> Repository | None:
+        target = self._target(name)
+        if target is None:
+            return None
+        with self._lock:
+            repo = self._repos.get(target)
+            if repo is None:
+                try:
+                    repo = Repository.open(target)
+                except (NotARepository, OSError):
+                    return None
+                self._repos[target] = repo
+            return repo
+
+    def create(self, name: str) -> Repository:
+        check_repository_name(name)
+        target = self._target(name)
+        if target is None:
+            raise InvalidInput(f"cannot create {name!r} here: {self.root} is a single repository")
+        inside = next((p for p in target.parents if p.is_relative_to(self.root) and (p / "format").is_file()), None)
+        if inside is not None:
+            raise InvalidInput(f"cannot create {name!r}: {inside.relative_to(self.root).as_posix()} is a "
+                               "repository, and repositories do not nest")
+        with self._lock:
+            repo = Repository.init(target)
+            self._repos[target] = repo
+            return repo
+
+    def names(self) -> list[str]:
+        if self.single:
+            return [""]
+        found = []
+        for here, dirs, _ in os.walk(self.root):
+            path = Path(here)
+            if path != self.root and (path / "format").is_file():
+                found.append(path.relative_to(self.root).as_posix())
+                dirs.clear()  # a repository's own directories hold no repositories
+            else:
+                dirs[:] = [d for d in dirs if not d.startswith(".")]
+        return sorted(found)
+
+    def tokens(self) -> Sequence[Token]:
+        return ()
+
+    def close(self) -> None:
+        with self._lock:
+            for repo in self._repos.values():
+                repo.close()
+            self._repos.clear()
 
 
 @dataclass
 class HubSettings:
-    """What a hub serves and how: the root, tokens and limits (each a `serve` option; docs/hub.md)."""
+    """What a hub serves and how: the root or the repositories, tokens and limits (each a `serve` option;
+    docs/hub.md)."""
 
-    root: Path
+    root: Path | None = None
+    """The directory served (`RepositoryDirectory`), unless `repositories` says where they live."""
     tokens: list[Token] = field(default_factory=list)
     allow_anonymous_read: bool = False
     max_body: int = DEFAULT_MAX_BODY
@@ -133,6 +259,8 @@ class HubSettings:
     """Seconds a client may stop reading an answer before the hub hangs up and frees its pack job."""
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     """Open connections (and requests) past which the hub answers 503."""
+    repositories: Repositories | None = None
+    """Where the repositories live (a PostgreSQL database: `ctxstore.sync.stores`); the hub closes it."""
 
 
 def _frame_response(message: dict[str, Any], status: int = 200,
@@ -144,8 +272,31 @@ def _error(status: int, exc: CtxStoreError, headers: dict[str, str] | None = Non
     return _frame_response(encode_error(exc), status, headers)
 
 
+def _json(status: int, value: Any, headers: dict[str, str] | None = None) -> Response:
+    return Response(json.dumps(value), status_code=status, media_type="application/json", headers=headers)
+
+
+class _Refused(Exception):
+    """A request refused before any work: its status, the error to send, and any headers to send with it."""
+
+    def __init__(self, status: int, error: CtxStoreError, headers: dict[str, str] | None = None) -> None:
+        super().__init__(str(error))
+        self.status = status
+        self.error = error
+        self.headers = headers
+
+    def frame(self) -> Response:
+        return _error(self.status, self.error, self.headers)
+
+    def json(self) -> Response:
+        return _json(self.status, encode_error(self.error), self.headers)
+
+
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ctxstore"'}
+
+
 def _status_of(exc: CtxStoreError) -> int:
-    if isinstance(exc, NonFastForward):
+    if isinstance(exc, NonFastForward | RepositoryExists):
         return 409
     if isinstance(exc, AuthError):
         return 403
@@ -282,103 +433,125 @@ class _PackAnswer(Response):
 
 
 class _Hub:
-    """The request handlers, with the settings and the repositories opened so far."""
+    """The request handlers, with the settings and where the repositories live."""
 
     def __init__(self, settings: HubSettings) -> None:
         self.settings = settings
-        self.root = settings.root.resolve()
-        self.single = (self.root / "format").is_file()
-        self._repos: dict[Path, Repository] = {}
-        self._lock = threading.Lock()
+        if settings.repositories is not None:
+            self.repositories: Repositories = settings.repositories
+        elif settings.root is not None:
+            self.repositories = RepositoryDirectory(settings.root)
+        else:
+            raise InvalidInput("a hub needs a directory to serve or the repositories to serve")
         self._jobs = _Jobs(settings.pack_jobs, settings.queue_timeout)
 
-    def scope(self, request: Request) -> Scope | Response | None:
-        """The caller's scope (None: anonymous), or the 401 response for a bad credential."""
+    def _tokens(self) -> list[Token]:
+        return [*self.settings.tokens, *self.repositories.tokens()]
+
+    async def scope(self, request: Request) -> Scope | None:
+        """The caller's scope (None: anonymous); `_Refused` (401) for a bad credential."""
         header = request.headers.get("authorization")
         if header is None:
             return None
         kind, _, secret = header.partition(" ")
-        unauthorized = _error(401, AuthError("the token is not valid on this hub; ask its operator for one"),
-                              {"WWW-Authenticate": 'Bearer realm="ctxstore"'})
+        unauthorized = _Refused(401, AuthError("the token is not valid on this hub; ask its operator for one"),
+                                _CHALLENGE)
         if kind.lower() != "bearer" or not secret:
-            return unauthorized
-        digest = _digest(secret.strip())
-        found: Scope | None = None
-        for token in self.settings.tokens:
-            # Every token is compared, so the time taken says nothing about which one (or none) matched.
-            if hmac.compare_digest(digest, token.digest) and found != "write":
-                found = token.scope
-        return found if found is not None else unauthorized
-
-    def repository(self, parts: list[str]) -> Repository | None:
-        """The repository a URL path names, or None (outside the root, hidden, or not a repository)."""
-        if self.single:
-            if parts:
-                return None
-            target = self.root
+            raise unauthorized
+        digest = token_digest(secret.strip())
+        # Tokens kept with the repositories are read for every request: one added or removed there
+        # counts at once on every hub serving them. A directory keeps none: no thread needed.
+        if type(self.repositories) is RepositoryDirectory:
+            tokens = self.settings.tokens
         else:
-            if not parts or any(p in ("", ".", "..") or p.startswith(".") or "\\" in p or "\x00" in p
-                                for p in parts):
-                return None
-            target = self.root.joinpath(*parts).resolve()
-            if not target.is_relative_to(self.root) or target == self.root:
-                return None
-        with self._lock:
-            repo = self._repos.get(target)
-            if repo is None:
-                try:
-                    repo = Repository.open(target)
-                except (NotARepository, OSError):
-                    return None
-                self._repos[target] = repo
-            return repo
+            tokens = await run_in_threadpool(self._tokens)
+        found: Scope | None = None
+        for token in tokens:
+            # Every token is compared, so the time taken says nothing about which one (or none) matched.
+            if hmac.compare_digest(digest, token.digest) and _rank(token.scope) > _rank(found):
+                found = token.scope
+        if found is None:
+            raise unauthorized
+        return found
+
+    async def _check_scope(self, request: Request, need: Scope, what: str) -> None:
+        """Return when the caller may do `what`, which needs scope `need`; else `_Refused` (401 or 403)."""
+        scope = await self.scope(request)
+        if scope is None:
+            if need == "read" and self.settings.allow_anonymous_read:
+                return
+            raise _Refused(401, AuthError(f"{what} needs a token; pass one with --token or CTXSTORE_TOKEN"),
+                           _CHALLENGE)
+        if _rank(scope) < _rank(need):
+            raise _Refused(403, AuthError(f"this token has {scope} scope; {what} needs a token with {need} scope"))
 
     async def handle(self, request: Request) -> Response:
         parts = [p for p in request.path_params.get("path", "").split("/") if p != ""]
+        if parts[:1] == [_ADMIN]:
+            return await self._admin(request, parts[1:])
         op = parts.pop() if parts else ""
         if op not in _OPS or request.method != ("GET" if op == "refs" else "POST"):
             return _error(404, InvalidInput(f"no such endpoint {request.url.path!r}; a hub serves "
                                             "<repo>/refs, <repo>/fetch and <repo>/push"))
-        need: Scope = "write" if op == "push" else "read"
-        scope = self.scope(request)
-        if isinstance(scope, Response):
-            return scope
-        if scope is None and not (need == "read" and self.settings.allow_anonymous_read):
-            return _error(401, AuthError(f"{'push' if need == 'write' else 'reading'} needs a token; "
-                                         "pass one with --token or CTXSTORE_TOKEN"),
-                          {"WWW-Authenticate": 'Bearer realm="ctxstore"'})
-        if need == "write" and scope != "write":
-            return _error(403, AuthError("this token has read scope; pushing needs a token with write scope"))
-        repo = await run_in_threadpool(self.repository, parts)
-        if repo is None:
-            return _error(404, NotARepository(f"no repository at {'/'.join(parts) or '/'} on this hub"))
         settings = self.settings
-        service = Service(repo.store, writable=True, max_push_size=settings.max_push_size,
-                          max_push_objects=settings.max_push_objects)
         try:
+            if op == "push":
+                await self._check_scope(request, "write", "pushing")
+            else:
+                await self._check_scope(request, "read", "reading")
+            repo = await run_in_threadpool(self.repositories.open, "/".join(parts))
+            if repo is None:
+                return _error(404, NotARepository(f"no repository at {'/'.join(parts) or '/'} on this hub"))
+            service = Service(repo.store, writable=True, max_push_size=settings.max_push_size,
+                              max_push_objects=settings.max_push_objects)
             if op == "refs":
                 return _frame_response((await run_in_threadpool(service.advertise)).to_message())
             body = await self._body(request, settings.max_body if op == "push" else MAX_FRAME + 4)
-            if isinstance(body, Response):
-                return body
             if op == "fetch":
                 return await self._fetch(service, body)
             return await self._push(service, body)
+        except _Refused as refused:
+            return refused.frame()
         except CtxStoreError as exc:
             return _error(_status_of(exc), exc)
 
-    async def _body(self, request: Request, limit: int) -> _Spool | Response:
-        """The request body spooled (to disk past 1 MiB), or the 413/408 response.
+    async def _admin(self, request: Request, parts: list[str]) -> Response:
+        """``GET /.hub/repositories`` lists the repositories, ``POST`` with ``{"name": ...}`` creates one:
+        JSON both ways, for operators' scripts, and admin scope for both."""
+        if parts != ["repositories"] or request.method not in ("GET", "POST"):
+            return _json(404, encode_error(InvalidInput(
+                f"no such endpoint {request.url.path!r}; the admin endpoint is /{_ADMIN}/repositories")))
+        try:
+            await self._check_scope(request, "admin", "listing or creating repositories")
+            if request.method == "GET":
+                return _json(200, {"repositories": await run_in_threadpool(self.repositories.names)})
+            with await self._body(request, 1 << 16) as body:
+                try:
+                    asked = json.loads(body.read())
+                except (ValueError, UnicodeDecodeError):
+                    asked = None
+            if not isinstance(asked, dict) or not isinstance(asked.get("name"), str):
+                raise InvalidInput('create a repository with a JSON body {"name": "team/support"}')
+            name = check_repository_name(asked["name"])
+            await run_in_threadpool(self.repositories.create, name)
+            return _json(201, {"created": name})
+        except _Refused as refused:
+            return refused.json()
+        except CtxStoreError as exc:
+            return _json(_status_of(exc), encode_error(exc))
+
+    async def _body(self, request: Request, limit: int) -> _Spool:
+        """The request body spooled (to disk past 1 MiB); `_Refused` (413, 408) when too large or too slow.
 
         The whole body must arrive within the request timeout, and no pause between its chunks may pass
         the header timeout, so a trickling client holds nothing for long.
         """
         settings = self.settings
-        too_big = _error(413, InvalidInput(f"the request body is over this hub's {limit}-byte limit; "
-                                           "push fewer revisions at a time or ask for a larger --max-body"))
+        too_big = _Refused(413, InvalidInput(f"the request body is over this hub's {limit}-byte limit; "
+                                             "push fewer revisions at a time or ask for a larger --max-body"))
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            return too_big
+            raise too_big
         spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY)  # noqa: SIM115 (closed by the caller)
         size = 0
         chunks = request.stream().__aiter__()
@@ -393,13 +566,13 @@ class _Hub:
                     size += len(chunk)
                     if size > limit:
                         spool.close()
-                        return too_big
+                        raise too_big
                     spool.write(chunk)
         except TimeoutError:
             spool.close()
-            return _error(408, InvalidInput(
+            raise _Refused(408, InvalidInput(
                 f"the request body took too long to arrive (over {settings.request_timeout:.0f} s in all, or "
-                f"a pause over {settings.header_timeout:.0f} s); try again on a faster link"))
+                f"a pause over {settings.header_timeout:.0f} s); try again on a faster link")) from None
         spool.seek(0)
         return spool
 
@@ -442,10 +615,7 @@ class _Hub:
 
     def close(self) -> None:
         self._jobs.close()
-        with self._lock:
-            for repo in self._repos.values():
-                repo.close()
-            self._repos.clear()
+        self.repositories.close()
 
 
 def create_app(settings: HubSettings) -> Starlette:
