@@ -4,6 +4,8 @@ Commands print JSON unless stdout is a terminal (or they are asked with --pretty
 other side: it turns entries into lines a person reads. A tool call and its result take one line each,
 named by the tool; images, documents and long blocks are placeholders with their size; a summary says
 how many entries it stands for; each message is headed by its role and, when known, when it was said.
+The OpenAI Agents SDK's items (`ctxstore.integrations.openai_agents`) are drawn the same way: their
+text parts as text, a function call and its output as the tool lines, reasoning as thinking.
 rich is imported only by the functions that draw, so the CLI starts without it.
 """
 
@@ -105,6 +107,16 @@ def _result_text(content: Any) -> str:
     return "" if content is None else json.dumps(content)
 
 
+def _arguments(arguments: Any) -> Any:
+    """A function call's arguments (a JSON string) as the value they spell, else as given."""
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return arguments
+    return arguments
+
+
 def _media(block: Mapping[str, Any]) -> str:
     source = block.get("source")
     kind, size = "", 0
@@ -121,6 +133,16 @@ def _block_lines(block: Any, tools: dict[str, str]) -> Iterable[tuple[str, str]]
         yield "", str(block)
         return
     kind = block.get("type")
+    if kind in ("input_text", "output_text"):  # the OpenAI Agents SDK's text parts (Responses items)
+        kind, block = "text", {"text": block.get("text", "")}
+    elif kind == "function_call":  # an Agents SDK item: a tool call, its output, reasoning
+        kind, block = "tool_use", {"id": block.get("call_id"), "name": block.get("name"),
+                                   "input": _arguments(block.get("arguments"))}
+    elif kind == "function_call_output":
+        kind, block = "tool_result", {"tool_use_id": block.get("call_id"), "content": block.get("output")}
+    elif kind == "reasoning":
+        summary = block.get("summary")
+        kind, block = "thinking", {"thinking": _result_text(summary if isinstance(summary, list) else "")}
     if kind == "text":
         text = str(block.get("text", ""))
         if len(text) > _LONG_TEXT:

@@ -23,7 +23,7 @@ from ..format.objects import Revision, references
 from ..history.message_history import MessageHistory
 from ..ids import ObjectId, from_hex, hex_or_none, to_hex
 from ..ids import short_hex as _short
-from ..refs import apply_updates, resolve_ref_name
+from ..refs import ANY, Expected, apply_updates, resolve_ref_name
 from ..store.base import Transaction, TransactionalStore
 from .lineage import Lineage, read_object
 from .reports import CommitResult
@@ -106,12 +106,14 @@ class _Moved(Exception):
 
 
 def commit_many(store: TransactionalStore, lineage: Lineage, updates: Mapping[str, MessageHistory], *,
-                force: bool = False, message: str = "") -> list[CommitResult]:
+                force: bool = False, message: str = "",
+                set_refs: Mapping[str, ObjectId] | None = None) -> list[CommitResult]:
     """Write what the histories made that the store lacks and move every ref to its history's head, or none.
 
     Fast-forward only unless `force`: a ref's head must be in its history's lineage (an unborn ref takes
     any). Otherwise `NonFastForward` names both heads and nothing is written. Results come in the order
-    of `updates`.
+    of `updates`. `set_refs` (full names to ids the store holds or the histories made) are pointed there
+    in the same transaction whatever they held, as `Repository.set_ref` does; they get no result.
     """
     if not updates:
         raise InvalidInput("no refs to commit")
@@ -146,7 +148,12 @@ def commit_many(store: TransactionalStore, lineage: Lineage, updates: Mapping[st
                         raise _Moved(ref, full, current)
                     moves[full] = (current, head)
                 _write_objects(txn, pending, foreign)
-                apply_updates(txn, moves, message=message or "commit")
+                forced: dict[str, tuple[Expected, ObjectId | None]] = {}
+                for name, oid in (set_refs or {}).items():
+                    if name in moves:
+                        raise InvalidInput(f"ref {name} is both committed and set in one batch")
+                    forced[name] = (ANY, oid)
+                apply_updates(txn, {**moves, **forced}, message=message or "commit")
         except RefMoved:
             continue  # the store lost a race while it grew its map: nothing was written; check again
         except _Moved as moved:
