@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import subprocess
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +19,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cli_subprocess import SCRIPT
 
-from ctxstore import Repository
+from ctxstore import MessageHistory, Repository
 from ctxstore.cli import cli
 from ctxstore.errors import InvalidInput
-from ctxstore.interop.browse import grep
+from ctxstore.format.objects import Entry, encode_object
+from ctxstore.history.entry import MessageHistoryEntry
+from ctxstore.interop.browse import entry_fields, grep
 from ctxstore.interop.formats import import_messages
 from ctxstore.interop.messages import check_messages
+from ctxstore.interop.prefilter import Prefilter, required_literal
 
 TOOL_USE = {"role": "assistant", "content": [
     {"type": "text", "text": "Listing."}, {"type": "tool_use", "id": "toolu_1", "name": "LS", "input": {"path": "."}}]}
@@ -234,3 +239,159 @@ def test_ls_and_grep_read_an_imported_session(repo_dir: Path, runner: CliRunner,
     assert main["title"] == "Refactoring the parser"
     hits = ok(runner, repo_dir, "grep", "--in", "tool", "Task")
     assert hits and all(h["ref"] == "refs/heads/cc" for h in hits)
+
+
+# -- the search's byte prefilter: never skips an entry that matches ------------------------------------
+
+_PATTERN_CHARS = st.sampled_from(list("ab1 .*+?|()[]{}\\^$-:\"ntu0"))
+_TEXT = st.text(st.sampled_from(list("ab1 -:\"\\\nntu0\x01KkSsIi\u212a\u017f\u0130\u0131{}[],")), max_size=12)
+_META = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-50, 50), st.floats(allow_nan=False,
+                                                                                       allow_infinity=False),
+                               _TEXT),
+                     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_TEXT, inner, max_size=3)),
+                     max_leaves=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pattern=st.text(_PATTERN_CHARS, max_size=8), text=st.text(st.sampled_from(list("ab1 -.")), max_size=12))
+def test_every_match_of_a_pattern_holds_its_required_literal(pattern: str, text: str) -> None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # "possible nested set": a pattern like [[
+            regex = re.compile(pattern)
+    except re.error:
+        return
+    literal = required_literal(pattern, fixed=False)
+    hit = regex.search(text)
+    if literal is not None and hit is not None:
+        assert literal in hit.group(0)
+
+
+def _entry_bytes(message: dict[str, Any], meta: dict[str, Any] | None) -> tuple[bytes, MessageHistoryEntry]:
+    entry = Entry("e1", "turn", message, meta)
+    return encode_object(entry)[1], MessageHistoryEntry("e1", message, "turn", meta)
+
+
+@settings(max_examples=400, deadline=None)
+@given(texts=st.lists(_TEXT, min_size=1, max_size=3), tool=_TEXT, meta=st.one_of(st.none(), st.dictionaries(
+    _TEXT, _META, min_size=1, max_size=3)), start=st.integers(0, 200), length=st.integers(1, 8),
+    ignore_case=st.booleans(), swap=st.booleans())
+def test_the_prefilter_never_skips_an_entry_that_matches(texts: list[str], tool: str, meta: dict[str, Any] | None,
+                                                         start: int, length: int, ignore_case: bool,
+                                                         swap: bool) -> None:
+    """A literal cut from what a search reads (texts, a tool name, the meta as JSON), its case maybe
+    changed: when the entry matches it, the bytes test lets the entry through."""
+    message = {"role": "assistant", "content": [*({"type": "text", "text": t} for t in texts),
+                                                {"type": "tool_use", "id": "t", "name": tool, "input": {}}]}
+    data, entry = _entry_bytes(message, meta)
+    searched = "\x00".join(text for _, text in entry_fields(entry))
+    literal = searched[start % len(searched):][:length].split("\x00")[0] or "a"
+    if swap:
+        literal = literal.swapcase()
+    regex = re.compile(re.escape(literal), re.IGNORECASE if ignore_case else 0)
+    prefilter = Prefilter.of(literal, fixed=True, ignore_case=ignore_case)
+    if prefilter is not None and any(regex.search(text) for _, text in entry_fields(entry)):
+        assert prefilter.may_match(data)
+
+
+def test_the_prefilter_skips_entries_without_the_literal() -> None:
+    prefilter = Prefilter.of("needle-[0-9]+", fixed=False, ignore_case=False)
+    assert prefilter is not None
+    data, _ = _entry_bytes({"role": "user", "content": "hay and straw"}, None)
+    assert not prefilter.may_match(data)
+    with_meta, _ = _entry_bytes({"role": "user", "content": "hay"}, {"cwd": "/home"})
+    assert not prefilter.may_match(with_meta)
+    found, _ = _entry_bytes({"role": "user", "content": "a needle-7"}, None)
+    assert prefilter.may_match(found)
+    assert Prefilter.of("a|b", fixed=False, ignore_case=False) is None  # an alternation has no required literal
+    assert required_literal("(?i)abc", fixed=False) is None and required_literal("ab{0,2}c", fixed=False) == "a"
+
+
+def test_grep_finds_text_in_blobs_and_meta_written_as_json(tmp_path: Path) -> None:
+    with Repository.init(tmp_path / "r") as repo:
+        big = "word " * 2000 + "needle in a blob"
+        repo.append("main", [{"role": "user", "content": big},
+                             {"id": "m", "message": {"role": "user", "content": "x"},
+                              "meta": {"note": "line\nnext", "count": 12345, "flag": True}}])
+        assert [h.field for h in grep(repo, "needle in a blob")] == ["text"]
+        assert [(h.entry_id, h.field) for h in grep(repo, "nnext")] == [("m", "meta")]  # the JSON escape \n
+        assert [(h.entry_id, h.field) for h in grep(repo, "12345")] == [("m", "meta")]  # a number
+        assert [h.entry_id for h in grep(repo, '"flag": true')] == ["m"]
+        assert [h.entry_id for h in grep(repo, "NEXT", ignore_case=True)] == ["m"]
+
+
+def test_grep_reads_forks_and_tags_once_and_reports_each_ref(tmp_path: Path) -> None:
+    with Repository.init(tmp_path / "r") as repo:
+        repo.append("main", [{"role": "user", "content": f"message {n}"} for n in range(50)])
+        repo.append("main", [{"role": "user", "content": "needle at the end"}])
+        repo.commit("fork", repo.history("main").fork())
+        repo.append("fork", [{"role": "assistant", "content": "another needle"}])
+        repo.set_ref("refs/tags/v1", repo.resolve("main"))
+        hits = [(h.ref, h.snippet) for h in grep(repo, "needle")]
+        assert hits == [("refs/heads/fork", "needle at the end"), ("refs/heads/fork", "another needle"),
+                        ("refs/heads/main", "needle at the end"), ("refs/tags/v1", "needle at the end")]
+
+
+def test_grep_reads_a_view_revision_that_names_entries_by_id(tmp_path: Path) -> None:
+    with Repository.init(tmp_path / "r") as repo:
+        history = repo.history("main").extend([{"id": "a", "message": {"role": "user", "content": "needle one"}},
+                                               {"id": "b", "message": {"role": "user", "content": "hay"}}])
+        repo.commit("main", history.with_view(["b", "a"]))
+        assert [h.entry_id for h in grep(repo, "needle", ["main"])] == ["a"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(parts=st.lists(st.tuples(_TEXT, st.one_of(st.none(), st.dictionaries(_TEXT, _META, min_size=1, max_size=2)),
+                                st.booleans()), max_size=6),
+       literal=st.sampled_from(["a", "ab", "na", "u0", "K", "s-", "1 a", "true", "b\"", "X "]),
+       ignore_case=st.booleans())
+def test_deciding_many_entries_at_once_agrees_with_one_at_a_time(parts: list[tuple[str, Any, bool]], literal: str,
+                                                                 ignore_case: bool) -> None:
+    datas = []
+    for text, meta, blob in parts:
+        content: Any = [{"type": "text", "text": text}, b"\x01" * 32] if blob else text
+        datas.append(encode_object(Entry("e", "turn", {"role": "user", "content": content}, meta))[1])
+    prefilter = Prefilter.of(literal, fixed=True, ignore_case=ignore_case)
+    if prefilter is not None:
+        assert prefilter.may_match_many(datas) == [prefilter.may_match(d) for d in datas]
+
+
+def _plain_grep(repo: Repository, regex: re.Pattern[str]) -> list[tuple[str, str, str, str]]:
+    """The search as a reader would do it by hand: every view read through its history."""
+    out = []
+    for name, revision in sorted(repo.refs().items()):
+        for entry in MessageHistory(source=repo.store, head=revision).refs():
+            done: set[str] = set()
+            for field, text in entry_fields(entry):
+                hit = regex.search(text)
+                if hit is not None and field not in done:
+                    done.add(field)
+                    start, end = max(0, hit.start() - 40), min(len(text), hit.end() + 40)
+                    snippet = ("…" if start else "") + " ".join(text[start:end].split()) + ("…" if end < len(text)
+                                                                                           else "")
+                    out.append((name, entry.id, field, snippet))
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(conversations=st.lists(st.lists(st.tuples(_TEXT, st.one_of(st.none(), st.dictionaries(_TEXT, _META,
+                                                                                           min_size=1, max_size=2)),
+                                                  st.booleans()), min_size=1, max_size=4), min_size=1, max_size=3),
+       pattern=st.sampled_from(["a", "ab", "n", "u0", "k", "1", "true", "b\"", "a|b", "[ab]1", "a+b", "0 "]),
+       ignore_case=st.booleans(), fork=st.booleans())
+def test_grep_finds_what_reading_every_view_finds(conversations: list[list[tuple[str, Any, bool]]], pattern: str,
+                                                  ignore_case: bool, fork: bool) -> None:
+    """The batched, prefiltered search gives exactly the matches of reading each view through its history."""
+    repo = Repository.memory()
+    for number, turns in enumerate(conversations):
+        entries = []
+        for text, meta, big in turns:
+            content = text + " filler" * 900 if big else text  # a big one is stored as a blob
+            entries.append({"message": {"role": "user", "content": content}, **({"meta": meta} if meta else {})})
+        repo.append(f"c{number}", entries)
+        if fork:
+            repo.commit(f"c{number}/fork", repo.history(f"c{number}").fork())
+            repo.append(f"c{number}/fork", [{"role": "assistant", "content": text + "!"}])
+    regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+    found = [(m.ref, m.entry_id, m.field, m.snippet) for m in grep(repo, pattern, ignore_case=ignore_case)]
+    assert found == _plain_grep(repo, regex)

@@ -8,6 +8,7 @@ import os
 import pty
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_cli_subprocess import SCRIPT, ctxstore
 
-from ctxstore import Repository
+from ctxstore import MessageHistory, Repository
 from ctxstore.errors import InvalidInput
 from ctxstore.interop.claude_code import import_claude_code, parse_claude_code
-from ctxstore.interop.formats import export_ref
+from ctxstore.interop.formats import export_ref, import_file
 from ctxstore.interop.messages import check_messages
 from ctxstore.interop.projects import import_projects
 
@@ -272,3 +273,193 @@ def test_import_export_import_gives_the_same_view_and_growth_is_a_fast_forward(t
         import_claude_code(whole, [json.loads(line) for line in text.splitlines()], "round/trip", force=True)
         assert ([(e.id, e.message) for e in whole.history("round/trip").refs()]
                 == [(e.id, e.message) for e in whole.history(name).refs()])
+
+
+def _split_subagents(session: ClaudeSession, project: Path, name: str) -> dict[str, list[dict[str, Any]]]:
+    """Write the session as recent Claude Code does: sidechain records in
+    ``<name>/subagents/agent-<id>.jsonl`` beside ``<name>.jsonl``; returns the agent files' records."""
+    agents: dict[str, list[dict[str, Any]]] = {}
+    main = []
+    for rec in session.records:
+        if rec.get("isSidechain"):
+            agents.setdefault(rec["agentId"], []).append(rec)
+        else:
+            main.append(rec)
+    project.mkdir(parents=True, exist_ok=True)
+    (project / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in main))
+    folder = project / name / "subagents"
+    folder.mkdir(parents=True)
+    for agent, records in agents.items():
+        (folder / f"agent-{agent}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return agents
+
+
+def test_subagent_files_beside_a_session_become_its_sidechain_refs(tmp_path: Path) -> None:
+    """A session whose subagents live in <session>/subagents/agent-<id>.jsonl imports to the same refs,
+    revisions and meta as the same session written with its sidechains inline."""
+    session = claude_session(200)
+    agents = _split_subagents(session, tmp_path / "-home-me-app", "s1")
+    assert len(agents) >= 2
+    split = Repository.memory()
+    result = import_projects(split, tmp_path)
+    inline = Repository.memory()
+    import_claude_code(inline, session.records, "cc/-home-me-app/s1")
+    assert split.refs() == inline.refs()
+    sidechains = [n for n in split.refs() if "/sidechain-" in n]
+    assert len(sidechains) == len(agents)
+    for name in sidechains:
+        entries = split.history(name).refs()
+        check_messages([e.message for e in entries])
+        info = (entries[0].meta or {})["claudeCode"]
+        assert info["agentId"] in agents and info["branchedFrom"]
+    assert result.subagent_skipped == {} and not result.failed
+    assert import_projects(split, tmp_path).moved == 0  # again: nothing moves
+
+
+def test_importing_one_session_file_brings_its_subagent_files(tmp_path: Path) -> None:
+    """`ctxstore import <session>.jsonl` merges <session>/subagents/agent-*.jsonl in, as a directory import
+    does; under --strict a malformed subagent line refuses the file and nothing lands."""
+    session = claude_session(200)
+    project = tmp_path / "-home-me-app"
+    agents = _split_subagents(session, project, "s1")
+    single = Repository.memory()
+    import_file(single, project / "s1.jsonl", "cc/s1")
+    inline = Repository.memory()
+    import_claude_code(inline, session.records, "cc/s1")
+    assert single.refs() == inline.refs()
+    assert sum("/sidechain-" in n for n in single.refs()) == len(agents)
+    path = project / "s1" / "subagents" / f"agent-{next(iter(agents))}.jsonl"
+    path.write_text("{broken\n" + path.read_text())
+    strict = Repository.memory()
+    with pytest.raises(InvalidInput, match="malformed"):
+        import_file(strict, project / "s1.jsonl", "cc/s1", strict=True)
+    assert strict.refs() == {}
+
+
+def test_a_subagent_file_that_grew_fast_forwards_its_ref(tmp_path: Path) -> None:
+    session = claude_session(120)
+    project = tmp_path / "-home-me-app"
+    agents = _split_subagents(session, project, "s1")
+    agent, records = next(iter(agents.items()))
+    path = project / "s1" / "subagents" / f"agent-{agent}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records[:-1]))
+    repo = Repository.memory()
+    import_projects(repo, tmp_path)
+    before = repo.refs()
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    grown = import_projects(repo, tmp_path)  # no force: the sidechain continues
+    [(moved_ref, _)] = [(n, r) for n, r in repo.refs().items() if before.get(n) != r]
+    assert "/sidechain-" in moved_ref and grown.moved == 1 and not grown.failed
+
+
+def test_malformed_lines_of_a_subagent_file_are_listed_by_file_or_refused_when_strict(tmp_path: Path) -> None:
+    session = claude_session(120)
+    project = tmp_path / "-home-me-app"
+    agents = _split_subagents(session, project, "s1")
+    agent = next(iter(agents))
+    path = project / "s1" / "subagents" / f"agent-{agent}.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], "{broken", *lines[1:]]) + "\n")
+    repo = Repository.memory()
+    result = import_projects(repo, tmp_path)
+    assert result.subagent_skipped == {str(path): [2]}
+    assert all(r.skipped == [] for r in result.sessions.values())
+    strict = Repository.memory()
+    refused = import_projects(strict, tmp_path, strict=True)
+    session_file = str(project / "s1.jsonl")
+    assert list(refused.failed) == [session_file] and "malformed" in refused.failed[session_file]
+    assert strict.refs() == {}
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+_IDS = st.one_of(st.uuids().map(str), st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=1,
+                                              max_size=10))
+
+
+@st.composite
+def _views(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Entry inputs of a view valid for the Messages API: texts, text blocks, tool calls with their results,
+    string and list content from both roles, maybe a summary first and a title in meta; ids UUIDs or not."""
+    kinds = draw(st.lists(st.sampled_from(["user", "user_blocks", "assistant", "assistant_blocks", "tool"]),
+                          min_size=1, max_size=8))
+    ids = draw(st.lists(_IDS, min_size=2 * len(kinds) + 1, max_size=2 * len(kinds) + 1, unique=True))
+    out: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        out.append({"message": {"role": "user", "content": draw(_TEXT)}, "kind": "summary", "sources": []})
+    for n, kind in enumerate(kinds):
+        text = draw(_TEXT)
+        if kind == "user":
+            out.append({"message": {"role": "user", "content": text}})
+        elif kind == "user_blocks":
+            out.append({"message": {"role": "user", "content": [{"type": "text", "text": text}]}})
+        elif kind == "assistant":
+            out.append({"message": {"role": "assistant", "content": text}})
+        elif kind == "assistant_blocks":
+            out.append({"message": {"role": "assistant", "content": [{"type": "text", "text": text}]}})
+        else:
+            use = {"type": "tool_use", "id": f"toolu_{n}", "name": "Bash", "input": {"command": text}}
+            out.append({"message": {"role": "assistant", "content": [use]}})
+            out.append({"message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": text}]}})
+    for entry, entry_id in zip(out, ids, strict=False):
+        entry["id"] = entry_id
+    if draw(st.booleans()):
+        out[0]["meta"] = {"title": draw(_TEXT) or "t"}
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(view=_views())
+def test_export_import_export_is_a_fixed_point_and_the_view_round_trips(view: list[dict[str, Any]]) -> None:
+    """For any view, ids UUIDs or not: importing its transcript gives the same entry ids and messages, and
+    exporting that again writes the same transcript."""
+    repo = Repository.memory()
+    repo.commit("v", MessageHistory().extend(view))
+    first = export_ref(repo, "v", format="claude", session=SESSION)
+    import_claude_code(repo, [json.loads(line) for line in first.split("\n") if line], "back")
+    assert ([(e.id, e.message) for e in repo.history("back").refs()]
+            == [(e.id, e.message) for e in repo.history("v").refs()])
+    assert export_ref(repo, "back", format="claude", session=SESSION) == first
+
+
+def test_an_entry_id_kept_in_a_record_is_taken_back_only_while_the_uuid_names_it() -> None:
+    repo = Repository.memory()
+    repo.append("v", [{"id": "hello", "message": {"role": "user", "content": "hi"}}])
+    [record] = [json.loads(line) for line in export_ref(repo, "v", format="claude", session=SESSION).splitlines()]
+    assert record["ctxstore"] == {"entryId": "hello"} and record["uuid"] != "hello"
+    import_claude_code(repo, [record], "same")
+    assert [e.id for e in repo.history("same").refs()] == ["hello"]
+    copied = {**record, "uuid": "0b7e3a52-4c1e-4f0e-9a1b-2c3d4e5f6a7b"}  # the field copied onto another record
+    import_claude_code(repo, [copied], "other")
+    assert [e.id for e in repo.history("other").refs()] == [copied["uuid"]]
+
+
+def test_subagent_records_that_do_not_say_they_are_sidechains_are_taken_as_one(tmp_path: Path) -> None:
+    session = claude_session(60)
+    project = tmp_path / "-home-me-app"
+    agents = _split_subagents(session, project, "s1")
+    for agent, records in agents.items():
+        stripped = [{k: v for k, v in r.items() if k not in ("isSidechain", "agentId")} for r in records]
+        (project / "s1" / "subagents" / f"agent-{agent}.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in stripped))
+    split, inline = Repository.memory(), Repository.memory()
+    import_projects(split, tmp_path)
+    import_claude_code(inline, session.records, "cc/-home-me-app/s1")
+    assert split.refs() == inline.refs()
+
+
+@settings(max_examples=12, deadline=None)
+@given(turns=st.integers(min_value=1, max_value=40), cut=st.integers(min_value=0, max_value=400))
+def test_a_session_with_its_subagents_in_files_imports_as_it_does_inline(turns: int, cut: int) -> None:
+    """For any session, and any point it was written up to: the layout with subagent files gives the same
+    refs and revisions as the same records inline."""
+    session = ClaudeSession()
+    for _ in range(turns):
+        session.turn()
+    session.records = session.records[: max(3, len(session.records) - cut)]  # the first prompt stays
+    with tempfile.TemporaryDirectory() as tmp:
+        _split_subagents(session, Path(tmp) / "-home-me-app", "s1")
+        split, inline = Repository.memory(), Repository.memory()
+        import_projects(split, tmp)
+        import_claude_code(inline, session.records, "cc/-home-me-app/s1")
+        assert split.refs() == inline.refs()

@@ -17,7 +17,10 @@ import click
 from ._agent import AGENT_COMMANDS
 from ._browse import grep_, ls
 from ._common import ENV_REPO, EXIT_CODES, EXIT_NOT_FOUND, Context, Failure, environment_repo, fail
+from ._edit import edit
 from ._history import append, diff, log, render, show
+from ._hub import hub
+from ._mcp import mcp
 from ._refs import branch, fork, reflog, refs, tag
 from ._repo import export, fsck, gc, import_, init, stats, tour
 from ._sync import SYNC_COMMANDS
@@ -59,8 +62,8 @@ def cli(ctx: click.Context, directory: str | None, repo_path: str | None, quiet:
 
 # Every command is registered here, statically: a command module that fails to import fails `ctxstore`
 # at start, loudly, instead of its commands quietly vanishing.
-for _command in (init, append, log, show, render, branch, tag, fork, refs, reflog, diff, import_, export,
-                 ls, grep_, fsck, gc, stats, tour, *SYNC_COMMANDS, *AGENT_COMMANDS):
+for _command in (init, append, edit, log, show, render, branch, tag, fork, refs, reflog, diff, import_, export,
+                 ls, grep_, fsck, gc, stats, tour, mcp, *SYNC_COMMANDS, hub, *AGENT_COMMANDS):
     cli.add_command(_command)
 
 

@@ -15,7 +15,10 @@ from ..interop.landing import ImportResult
 from ..interop.projects import import_projects
 from ._common import EXIT_NOT_FOUND, EXIT_USAGE, Context, ProgressLine, emit, fail, reporting
 
-__all__ = ["export", "import_"]
+__all__ = ["FROM_STORES", "export", "import_"]
+
+FROM_STORES = ("openai-agents-sqlite", "langgraph-sqlite")
+"""What `import --from` reads: other frameworks' stores, imported one ref per session or thread."""
 
 
 def _open_source(path: str) -> IO[str]:
@@ -41,8 +44,13 @@ def _open_source(path: str) -> IO[str]:
 @click.option("--force", is_flag=True,
               help="Move REF even if the import does not descend from it (a snapshot of another lineage, "
                    "a transcript that does not continue what REF holds).")
+@click.option("--from", "origin", type=click.Choice(FROM_STORES), metavar="STORE",
+              help="FILE is another framework's store, imported one ref per session or thread: "
+                   "openai-agents-sqlite (an Agents SDK SQLiteSession database) or langgraph-sqlite "
+                   "(a LangGraph SqliteSaver database).")
 @click.pass_obj
-def import_(state: Context, file: str, ref: str | None, fmt: str, strict: bool, force: bool) -> None:
+def import_(state: Context, file: str, ref: str | None, fmt: str, strict: bool, force: bool,
+            origin: str | None) -> None:
     """Import FILE (or stdin) into REF, in one commit; or every Claude Code session under DIR.
 
     json (a list of messages) and jsonl (one message or entry per line) are appended to REF, less what
@@ -56,8 +64,19 @@ def import_(state: Context, file: str, ref: str | None, fmt: str, strict: bool, 
     {format, ref, revision, size, entries, refs, unchanged, skipped}.
 
     A directory (~/.claude/projects, or one project's directory) imports each session as
-    cc/<project>/<session>, with progress on a terminal; prints {sessions, failed, moved}.
+    cc/<project>/<session>, with progress on a terminal, and the subagent transcripts Claude Code keeps
+    beside a session (SESSION/subagents/agent-ID.jsonl) as its sidechain refs; prints {sessions,
+    failed, subagentSkipped, moved}.
+
+    --from openai-agents-sqlite DB imports every session of an OpenAI Agents SDK SQLiteSession database
+    as openai-agents/<session> (CtxStoreSession's refs), one revision per batch of items; --from
+    langgraph-sqlite DB every thread of a LangGraph SqliteSaver database as CtxStoreSaver keeps it.
+    Importing again moves only what grew. One line per ref moved, progress on a terminal; prints
+    {from, file, moved, refs: [{ref, old, new}]}.
     """
+    if origin is not None:
+        _import_store(state, origin, file, ref=ref, fmt=fmt, strict=strict, force=force)
+        return
     repo = state.repo()
     if file != "-" and Path(file).is_dir():
         if ref is not None or fmt not in ("auto", "claude"):
@@ -71,7 +90,9 @@ def import_(state: Context, file: str, ref: str | None, fmt: str, strict: bool, 
         finally:
             progress.close()
         state.tell(f"imported {len(projects.sessions)} session(s) from {file}: {projects.moved} ref(s) moved"
-                   + (f", {len(projects.failed)} failed (listed under 'failed')" if projects.failed else ""))
+                   + (f", {len(projects.failed)} failed (listed under 'failed')" if projects.failed else "")
+                   + (f"; malformed lines skipped in {len(projects.subagent_skipped)} subagent file(s) (listed "
+                      "under 'subagentSkipped')" if projects.subagent_skipped else ""))
         emit(projects)
         return
     source = _open_source(file)
@@ -86,6 +107,42 @@ def import_(state: Context, file: str, ref: str | None, fmt: str, strict: bool, 
             source.close()
     _tell_import(state, file, result)
     emit(result)
+
+
+def _import_store(state: Context, origin: str, file: str, *, ref: str | None, fmt: str, strict: bool,
+                  force: bool) -> None:
+    """`import --from`: another framework's database, one ref per session or thread."""
+    if ref is not None or fmt != "auto" or strict:
+        fail(f"--from {origin} imports one ref per session; drop --ref, --format and --strict", EXIT_USAGE)
+    if force and origin != "openai-agents-sqlite":
+        fail(f"--force is not used by --from {origin}", EXIT_USAGE)
+    if file == "-":
+        fail(f"--from {origin} reads a database file, not stdin; give its path", EXIT_USAGE)
+    path = Path(file)
+    if not path.exists():
+        fail(f"no such file: {file}", EXIT_NOT_FOUND)
+    if not path.is_file():
+        fail(f"{file} is not a file; --from {origin} reads an SQLite database file", EXIT_USAGE)
+    repo = state.repo()
+    # The integrations (and their frameworks) load only when asked for: `ctxstore` starts without them.
+    with reporting(), state.progress("importing sessions", "sessions") as progress:
+        try:
+            if origin == "openai-agents-sqlite":
+                from ..integrations.openai_agents import import_sqlite as import_agents
+
+                moves = import_agents(repo, path, progress=progress, force=force)
+            else:
+                from ..integrations.langgraph import import_sqlite as import_langgraph
+
+                moves = import_langgraph(repo, path, progress=progress)
+        except ImportError as error:
+            extra = "openai-agents" if origin == "openai-agents-sqlite" else "langgraph"
+            fail(f"--from {origin} needs the {extra} extra: pip install 'ctxstore[{extra}]' ({error})")
+    for move in moves:
+        state.tell(f"{move.ref}: {move.old[:12] + '..' if move.old else 'new at '}{move.new[:12]}")
+    if not moves:
+        state.tell(f"{file} ({origin}): nothing new; every session is already imported")
+    emit({"from": origin, "file": file, "moved": len(moves), "refs": moves})
 
 
 def _tell_import(state: Context, file: str, result: ImportResult) -> None:

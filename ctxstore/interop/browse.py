@@ -3,6 +3,11 @@
 Both read each conversation's view once. A search looks at what a person remembers of a conversation:
 the text of its messages (text, thinking and tool result blocks), the names of the tools it called, and
 its entries' metadata (a Claude Code session's cwd, branch, title, ...).
+
+A search reads the store directly rather than through histories: each view's entry objects are read in
+batches (`get_many`), an entry object is looked at once however many views hold it (forks share most
+of theirs), and when every match must contain some literal text, an entry whose stored bytes lack it is
+skipped without being decoded (`prefilter`). So a search costs little more than reading the bytes.
 """
 
 from __future__ import annotations
@@ -13,16 +18,28 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidInput
-from ..history.entry import MessageHistoryEntry
+from ..errors import InvalidInput, InvalidObject
+from ..format import seq
+from ..format.objects import Blob, Entry, Revision, SeqNode, parse_object
+from ..history.entry import MessageHistoryEntry, collector_paused, has_blobs
+from ..history.intake import expand_message
 from ..history.message_history import MessageHistory
+from ..ids import ObjectId, from_hex, to_hex
 from ..repo.repository import Repository
 from ..report import json_fields
+from ..store.base import ObjectStore
+from .prefilter import Prefilter
 
 __all__ = ["Conversation", "GrepMatch", "conversations", "entry_fields", "grep", "session_title", "title_of"]
 
 _SNIPPET = 40
 """Characters of context either side of a match in a snippet."""
+_BATCH = 1024
+"""Entry objects a search reads per `get_many`."""
+_VIEWS = 64
+"""Views a search reads together: their revisions in one `get_many`, their entries in shared batches."""
+_REMEMBERED = 200_000
+"""Entry objects whose outcome a search keeps for the next views (forks share entries); then it starts over."""
 
 
 @dataclass(frozen=True)
@@ -159,16 +176,101 @@ def grep(repo: Repository, pattern: str, specs: Sequence[str] = (), *, ignore_ca
     except re.error as exc:
         raise InvalidInput(f"the pattern {pattern!r} is not a regular expression ({exc}); "
                            "pass -F to search for it as plain text") from None
-    wanted = set(fields)
-    for name, revision in _refs(repo, specs):
-        for entry in _view(repo, revision).refs():
-            done: set[str] = set()
-            for field, text in entry_fields(entry):
-                if field in wanted and field not in done:
-                    hit = regex.search(text)
-                    if hit is not None:
-                        done.add(field)
-                        yield GrepMatch(name, entry.id, field, _snippet(text, hit))
+    search = _Search(repo.store, regex, frozenset(fields), Prefilter.of(pattern, fixed=fixed, ignore_case=ignore_case))
+    refs = _refs(repo, specs)
+    for start in range(0, len(refs), _VIEWS):
+        group = refs[start:start + _VIEWS]
+        for (name, _), found in zip(group, search.views([revision for _, revision in group]), strict=True):
+            for entry_id, hits in found:
+                for field, snippet in hits:
+                    yield GrepMatch(name, entry_id, field, snippet)
+
+
+Hits = tuple[tuple[str, str], ...]
+"""An entry's matches as (field, snippet), one per field."""
+
+
+class _Search:
+    """One search over many views: each entry object read once, in batches, and decoded only when it may
+    match."""
+
+    def __init__(self, store: ObjectStore, regex: re.Pattern[str], wanted: frozenset[str],
+                 prefilter: Prefilter | None) -> None:
+        self._store, self._regex, self._wanted, self._prefilter = store, regex, wanted, prefilter
+        self._hits: dict[ObjectId, Hits] = {}
+        self._views: dict[str, list[tuple[str, Hits]]] = {}
+
+    def views(self, revisions: list[str]) -> list[list[tuple[str, Hits]]]:
+        """For each revision, the entries of its view that match, with their hits, in view order."""
+        unknown = list(dict.fromkeys(r for r in revisions if r not in self._views))
+        spines: dict[str, seq.Spine] = {}
+        for revision, data in zip(unknown, self._store.get_many([from_hex(r) for r in unknown]), strict=True):
+            rev = parse_object(data, trusted=True)
+            if not isinstance(rev, Revision):
+                raise InvalidObject(f"object {revision} is a {type(rev).__name__.lower()}, not a revision")
+            spines[revision] = rev.seq
+        # The views' top nodes in one read; nodes further down (long views) are read a level at a time.
+        nodes: dict[ObjectId, SeqNode] = {}
+        self._nodes(list(dict.fromkeys(oid for spine in spines.values() for oid, _ in seq.subtrees(spine))), nodes)
+        items_of = {revision: seq.items_batched(spine, lambda oids: self._nodes(oids, nodes))
+                    for revision, spine in spines.items()}
+        if len(self._hits) > _REMEMBERED:
+            self._hits.clear()
+        with collector_paused():
+            self._read([oid for items in items_of.values() for _, oid in items if oid is not None])
+        for revision, items in items_of.items():
+            if any(oid is None for _, oid in items):
+                # A view revision may name entries by id alone: the history resolves them through its lineage.
+                found = [(e.id, self._entry_hits(e)) for e in MessageHistory(source=self._store, head=revision).refs()]
+            else:
+                found = [(entry_id, self._hits[oid]) for entry_id, oid in items if oid is not None]
+            self._views[revision] = [(entry_id, hits) for entry_id, hits in found if hits]
+        return [self._views[r] for r in revisions]
+
+    def _nodes(self, oids: list[ObjectId], known: dict[ObjectId, SeqNode]) -> list[SeqNode]:
+        """Seq nodes by id, from `known` or read (in one `get_many`) into it."""
+        missing = [oid for oid in dict.fromkeys(oids) if oid not in known]
+        if missing:
+            for oid, data in zip(missing, self._store.get_many(missing), strict=True):
+                node = parse_object(data, trusted=True)
+                if not isinstance(node, SeqNode):
+                    raise InvalidObject(f"object {to_hex(oid)} is a {type(node).__name__.lower()}, not a seq node")
+                known[oid] = node
+        return [known[oid] for oid in oids]
+
+    def _read(self, oids: list[ObjectId]) -> None:
+        hits, prefilter = self._hits, self._prefilter
+        todo = list(dict.fromkeys(oid for oid in oids if oid not in hits))
+        for start in range(0, len(todo), _BATCH):
+            chunk = todo[start:start + _BATCH]
+            datas = self._store.get_many(chunk)
+            maybe = prefilter.may_match_many(datas) if prefilter is not None else [True] * len(datas)
+            for oid, data, may in zip(chunk, datas, maybe, strict=True):
+                if not may:
+                    hits[oid] = ()
+                    continue
+                stored = parse_object(data, trusted=True)
+                if not isinstance(stored, Entry):
+                    raise InvalidObject(f"object {to_hex(oid)} is a {type(stored).__name__.lower()}, not an entry")
+                message = expand_message(stored.message, self._blob) if has_blobs(stored.message) else stored.message
+                hits[oid] = self._entry_hits(MessageHistoryEntry(stored.id, message, stored.kind, stored.meta))
+
+    def _blob(self, oid: ObjectId) -> Any:
+        blob = parse_object(self._store.get(oid), trusted=True)
+        if not isinstance(blob, Blob):
+            raise InvalidObject(f"object {to_hex(oid)} is a {type(blob).__name__.lower()}, not a blob")
+        return blob.data
+
+    def _entry_hits(self, entry: MessageHistoryEntry) -> Hits:
+        out: list[tuple[str, str]] = []
+        done: set[str] = set()
+        for field, text in entry_fields(entry):
+            if field in self._wanted and field not in done:
+                hit = self._regex.search(text)
+                if hit is not None:
+                    done.add(field)
+                    out.append((field, _snippet(text, hit)))
+        return tuple(out)
 
 
 def conversations(repo: Repository, specs: Sequence[str] = ()) -> list[Conversation]:

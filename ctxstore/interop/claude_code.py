@@ -6,7 +6,8 @@ retried turns. Others carry no step: the session's `summary` title and `system` 
 metadata of the next step, `file-history-snapshot` records are skipped. `parse_claude_code` turns the
 records into that tree of steps; `import_claude_code` commits it.
 
-An import is a pure function of the file: entry ids are record uuids and every revision is dated by its
+An import is a pure function of the file: entry ids are record uuids (or, for a record ctxstore exported
+from an entry whose id is not a UUID, that id: see `claude_export`) and every revision is dated by its
 record's timestamp, so importing the same file again makes the same revisions (nothing moves), and a
 session that grew since makes the old revisions plus new ones on top (its refs fast-forward).
 """
@@ -23,6 +24,7 @@ from typing import Any, Final, cast
 from ..errors import CtxStoreError, InvalidInput
 from ..history.message_history import MessageHistory
 from ..repo.repository import Repository
+from .claude_export import exported_entry_id, string_content
 from .landing import ImportProgress, ImportResult, land
 from .messages import check_message, tool_use_ids
 from .source import Source, numbered_json_lines, read_text
@@ -66,6 +68,8 @@ class TranscriptStep:
     children: list[str] = field(default_factory=list)
     carried: list[dict[str, Any]] = field(default_factory=list)
     line: int = 0
+    entry_id: str = ""
+    """The id of the entry the step becomes: its uuid, or the id a ctxstore export kept in the record."""
 
     @property
     def message_id(self) -> Any:
@@ -254,11 +258,15 @@ def parse_claude_code(records: Iterable[Any], *, skipped: Iterable[int] = ()) ->
         else:
             msg = rec["message"]
             message = {"role": msg["role"], "content": _json_copy(msg.get("content", ""), uuid)}
+            blocks = message["content"]
+            if (string_content(rec) and isinstance(blocks, list) and len(blocks) == 1 and isinstance(blocks[0], dict)
+                    and blocks[0].get("type") == "text" and isinstance(blocks[0].get("text"), str)):
+                message["content"] = blocks[0]["text"]  # an export wrote a string as the one block Claude Code expects
         record = dict(rec)
         if sidechain and parent is None and last_main is not None:
             record["branchedFrom"] = last_main  # where the main line stood when the subagent started
         step = TranscriptStep(uuid, kind, record, message, [uuid], sidechain, parent=target or None,
-                              carried=[*loose, *waiting], line=line)
+                              carried=[*loose, *waiting], line=line, entry_id=exported_entry_id(rec) or uuid)
         loose = []
         steps[uuid] = step
         order.append(uuid)
@@ -284,7 +292,7 @@ def _records(records: Iterable[Any] | Source) -> Transcript:
 
 def _apply(history: MessageHistory, step: TranscriptStep, steps: Mapping[str, TranscriptStep],
            at: int) -> MessageHistory:
-    entry = {"id": step.uuid, "message": step.message, "meta": _meta(step, steps)}
+    entry = {"id": step.entry_id or step.uuid, "message": step.message, "meta": _meta(step, steps)}
     if step.kind == "message":
         return history.append(entry, created_at=at)
     if step.kind == "boundary" and any(steps[c].kind == "summary" for c in step.children):

@@ -4,9 +4,19 @@ Each entry of the view becomes one record in the shape Claude Code writes: `uuid
 the records, every record carries the session id, and the fields an import kept in the entry's
 `meta.claudeCode` (cwd, git branch, version, timestamps, model, message id, usage) are written back. A
 summary that opens the view (a compaction) becomes a `compact_boundary` record followed by the
-`isCompactSummary` user record that holds its text, as Claude Code writes a compaction. Importing the
-transcript gives the same view back: the same messages, and the same entry ids for entries that came
-from Claude Code (their ids are record uuids already; other ids map to name-based UUIDs).
+`isCompactSummary` user record that holds its text, as Claude Code writes a compaction.
+
+**Stable ids.** Importing the transcript gives the same view back: the same messages and the same entry
+ids, so import -> export -> import is the identity on a view and export -> import -> export a fixed
+point. An entry id that is a (lowercase) UUID is the record's `uuid` as it is; any other id cannot be
+one, so the record gets a name-based UUID (`entry_uuid`: uuid5 of the id) and keeps the id itself in a
+field of its own, ``"ctxstore": {"entryId": ID}``, which Claude Code does not read. The importer takes
+that id back only when the record's uuid is still the name-based UUID of it (`exported_entry_id`), so
+a field copied onto another record, or a record Claude Code wrote anew, never brings a stale id. The
+same field records what a transcript cannot say otherwise: an assistant message whose content was a
+string is written as the one text block Claude Code expects, marked ``"content": "string"``, and read
+back as the string. Assistant message ids are named by the entry id, so two equal consecutive answers
+are never taken for the streamed blocks of one message.
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ from ..history.entry import MessageHistoryEntry
 from ..history.message_history import MessageHistory
 from .browse import session_title
 
-__all__ = ["claude_records", "session_id_for"]
+__all__ = ["claude_records", "entry_uuid", "exported_entry_id", "session_id_for"]
 
 _NAMESPACE: Final = uuidlib.UUID("6f1f5e2c-4f0a-4b3e-9d57-0c7a3e1f2b90")
 """Names ctxstore ids in UUID form (uuid5), so an export is the same every time."""
@@ -36,8 +46,35 @@ def session_id_for(revision_id: str) -> str:
     return str(uuidlib.uuid5(_NAMESPACE, f"session:{revision_id}"))
 
 
-def _record_uuid(entry_id: str) -> str:
+def entry_uuid(entry_id: str) -> str:
+    """The record uuid an entry gets in a transcript: its id when that is a UUID, else a UUID named by it."""
     return entry_id if _UUID.match(entry_id) else str(uuidlib.uuid5(_NAMESPACE, f"entry:{entry_id}"))
+
+
+def exported_entry_id(record: Mapping[str, Any]) -> str | None:
+    """The entry id an exported record keeps for an id that is not a UUID, when the record's uuid is still
+    the one `entry_uuid` named by it; else None (the record's uuid is the entry id)."""
+    kept = record.get("ctxstore")
+    entry_id = kept.get("entryId") if isinstance(kept, Mapping) else None
+    if isinstance(entry_id, str) and entry_id and record.get("uuid") == entry_uuid(entry_id) != entry_id:
+        return entry_id
+    return None
+
+
+def string_content(record: Mapping[str, Any]) -> bool:
+    """Whether an exported record's message content was a string, written as one text block."""
+    kept = record.get("ctxstore")
+    return isinstance(kept, Mapping) and kept.get("content") == "string"
+
+
+def _kept(entry: MessageHistoryEntry) -> dict[str, Any]:
+    """The record's ``ctxstore`` field: what the transcript itself cannot say about the entry."""
+    out: dict[str, Any] = {}
+    if entry_uuid(entry.id) != entry.id:
+        out["entryId"] = entry.id
+    if entry.message.get("role") == "assistant" and isinstance(entry.message.get("content"), str):
+        out["content"] = "string"
+    return {"ctxstore": out} if out else {}
 
 
 def _iso(ms: int) -> str:
@@ -55,7 +92,7 @@ def claude_records(history: MessageHistory, *, session: str, created_at: int) ->
     entries = history.refs()
     title = session_title(entries, history.refs)
     if title is not None and entries:
-        yield {"type": "summary", "summary": title, "leafUuid": _record_uuid(entries[-1].id)}
+        yield {"type": "summary", "summary": title, "leafUuid": entry_uuid(entries[-1].id)}
     parent: str | None = None
     cwd, branch, version = ".", None, _VERSION
     for number, entry in enumerate(entries):
@@ -64,13 +101,13 @@ def claude_records(history: MessageHistory, *, session: str, created_at: int) ->
         branch = info.get("gitBranch", branch)
         version = str(info.get("version", version))
         stamp = info.get("timestamp") if isinstance(info.get("timestamp"), str) else _iso(created_at)
-        uuid = _record_uuid(entry.id)
+        uuid = entry_uuid(entry.id)
         common: dict[str, Any] = {"isSidechain": False, "userType": "external", "cwd": cwd, "sessionId": session,
                                   "version": version}
         if branch is not None:
             common["gitBranch"] = branch
         message = entry.message
-        if entry.kind == "summary" and number == 0:
+        if entry.kind == "summary" and number == 0 and message.get("role") == "user":
             boundary = str(info.get("boundaryUuid") or uuidlib.uuid5(_NAMESPACE, f"boundary:{entry.id}"))
             yield {"parentUuid": None, "logicalParentUuid": None, **common, "type": "system",
                    "subtype": "compact_boundary", "content": "Conversation compacted", "isMeta": False,
@@ -78,13 +115,15 @@ def claude_records(history: MessageHistory, *, session: str, created_at: int) ->
                    "compactMetadata": dict(info.get("compactMetadata") or {"trigger": "manual", "preTokens": 0})}
             parent = boundary
             yield {"parentUuid": parent, **common, "type": "user", "message": _user_message(message),
-                   "isCompactSummary": True, "isVisibleInTranscriptOnly": True, "uuid": uuid, "timestamp": stamp}
+                   "isCompactSummary": True, "isVisibleInTranscriptOnly": True, "uuid": uuid, "timestamp": stamp,
+                   **_kept(entry)}
         elif message.get("role") == "assistant":
-            yield {"parentUuid": parent, **common, "type": "assistant", "message": _assistant_message(message, info),
-                   "uuid": uuid, "timestamp": stamp}
+            yield {"parentUuid": parent, **common, "type": "assistant",
+                   "message": _assistant_message(message, info, entry.id), "uuid": uuid, "timestamp": stamp,
+                   **_kept(entry)}
         else:
             yield {"parentUuid": parent, **common, "type": "user", "message": _user_message(message),
-                   "uuid": uuid, "timestamp": stamp}
+                   "uuid": uuid, "timestamp": stamp, **_kept(entry)}
         parent = uuid
 
 
@@ -92,10 +131,10 @@ def _user_message(message: Mapping[str, Any]) -> dict[str, Any]:
     return {"role": "user", "content": json.loads(json.dumps(message.get("content", "")))}
 
 
-def _assistant_message(message: Mapping[str, Any], info: Mapping[str, Any]) -> dict[str, Any]:
+def _assistant_message(message: Mapping[str, Any], info: Mapping[str, Any], entry_id: str) -> dict[str, Any]:
     content = message.get("content", "")
     blocks = json.loads(json.dumps(content)) if isinstance(content, list) else [{"type": "text", "text": str(content)}]
-    out: dict[str, Any] = {"id": info.get("messageId") or f"msg_{uuidlib.uuid5(_NAMESPACE, json.dumps(blocks)).hex}",
+    out: dict[str, Any] = {"id": info.get("messageId") or f"msg_{uuidlib.uuid5(_NAMESPACE, f'message:{entry_id}').hex}",
                            "type": "message", "role": "assistant", "model": info.get("model", "claude-sonnet-4-5"),
                            "content": blocks, "stop_reason": info.get("stop_reason"), "stop_sequence": None}
     if isinstance(info.get("usage"), Mapping):

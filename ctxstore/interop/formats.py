@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import IO, Any, Final
@@ -22,6 +23,7 @@ from .claude_code import import_claude_code, is_transcript_record, parse_claude_
 from .claude_export import claude_records, session_id_for
 from .landing import ImportProgress, ImportResult, land
 from .messages import check_messages, message_of
+from .projects import read_session, subagent_files
 from .source import Source, json_lines, numbered_json_lines, parse_json, read_text, source_name
 
 __all__ = [
@@ -135,9 +137,14 @@ def import_file(repo: Repository, source: Source, ref: str | None = None, *, for
     fmt = format or detect_format(text)
     message = f"import {fmt} from {source_name(source)}"
     if fmt == "claude":
-        numbered, bad = numbered_json_lines(text)
-        return import_claude_code(repo, parse_claude_code(numbered, skipped=bad), ref, force=force, strict=strict,
-                                  message=message, progress=progress)
+        if isinstance(source, str | os.PathLike) and subagent_files(source):
+            # Claude Code keeps this session's subagents in files of their own beside it: merge them in.
+            transcript, _ = read_session(source, strict=strict)
+        else:
+            numbered, bad = numbered_json_lines(text)
+            transcript = parse_claude_code(numbered, skipped=bad)
+        return import_claude_code(repo, transcript, ref, force=force, strict=strict, message=message,
+                                  progress=progress)
     if ref is None:
         raise InvalidInput(f"name the ref to import {source_name(source)} into (for example main); "
                            "only a Claude Code transcript names its own")
