@@ -868,3 +868,34 @@ def test_split_at_common_cuts_two_chains_where_they_meet() -> None:
     assert split_at_common(iter(theirs), iter(mine)) == ([b"t1"], [b"m2", b"m1"], b"c3")
     assert split_at_common(iter(shared), iter(mine)) == ([], [b"m2", b"m1"], b"c3")  # an ancestor
     assert split_at_common(iter([b"a"]), iter([b"b"])) == ([b"a"], [b"b"], None)
+
+
+def _slow_intake(message: dict[str, Any], entry_id: str) -> Any:
+    from ctxstore.history.intake import intake_entry
+
+    return intake_entry({"id": entry_id, "message": message})  # the general path: copy, check, blobs
+
+
+def test_a_chat_turn_takes_the_fast_intake_to_the_same_entry_and_bytes() -> None:
+    """A message of text role and content (an import's usual input) is made into the entry, bytes and id
+    the general path makes, and refused alike when it cannot be stored."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from ctxstore.history.intake import intake_entry
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.text(st.characters(exclude_categories=()), max_size=10), st.text(max_size=1500), st.booleans())
+    def check(role: str, content: str, reversed_keys: bool) -> None:
+        message = {"content": content, "role": role} if reversed_keys else {"role": role, "content": content}
+        try:
+            fast = intake_entry(dict(message))
+        except InvalidInput:
+            with pytest.raises(InvalidInput):
+                _slow_intake(dict(message), "x")
+            return
+        slow = _slow_intake(dict(message), fast.entry.id)
+        assert fast.entry == slow.entry and fast.encoded[:2] == slow.encoded[:2]
+        assert fast.blobs == slow.blobs and list(fast.entry.message) == list(message)
+
+    check()

@@ -15,7 +15,9 @@ from ctxstore.format.objects import (
     Entry,
     Revision,
     SeqNode,
+    encode_entry,
     encode_object,
+    entry_message,
     parse_object,
     references,
     revision_header,
@@ -208,3 +210,64 @@ def test_a_revision_header_of_another_object_is_refused() -> None:
         revision_header(encode_object(Entry("a", "turn", {"role": "user", "content": "hi"}))[1])
     with pytest.raises(InvalidObject, match="not a revision"):
         revision_header(encode_object(SeqNode(0, [["a", OID]]))[1])
+
+
+_CONTENT = st.text(max_size=40) | st.lists(st.text(max_size=5) | st.just(OID), max_size=3) | st.just(OID)
+_MESSAGES = st.fixed_dictionaries({"role": st.text(max_size=8) | st.integers(0, 3), "content": _CONTENT},
+                                  optional={"name": st.text(max_size=5), "n": st.integers(-3, 3)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=30), st.sampled_from(["turn", "summary", "other"]), _MESSAGES,
+       st.none() | st.dictionaries(st.text(max_size=3), st.integers(0, 3), max_size=2) | st.just([1]),
+       st.none() | st.lists(st.text(max_size=3), max_size=2), st.booleans())
+def test_an_entrys_message_read_from_its_bytes_is_the_parsed_entrys_or_both_refuse(
+        entry_id: str, kind: str, message: dict[str, Any], meta: Any, sources: list[str] | None,
+        drop_content: bool) -> None:
+    """`entry_message` (the whole-view read's fast path over an entry's fixed layout) gives exactly the
+    message `parse_object` gives, and refuses exactly what it refuses."""
+    if drop_content:
+        del message["content"]
+    value: dict[str, Any] = {"type": "entry", "id": entry_id, "kind": kind, "message": message}
+    if meta is not None:
+        value["meta"] = meta
+    if sources is not None:
+        value["sources"] = sources
+    data = encode(value)
+    try:
+        expected = parse_object(data, trusted=True)
+    except InvalidObject:
+        with pytest.raises(InvalidObject):
+            entry_message(data)
+        return
+    assert isinstance(expected, Entry)
+    assert entry_message(data) == expected.message
+
+
+def test_the_message_of_another_object_is_none_and_of_a_malformed_one_refused() -> None:
+    assert entry_message(encode_object(Blob("text"))[1]) is None
+    assert entry_message(encode_object(Revision(None, 1, None, [[]], 0))[1]) is None
+    for value in BAD_VALUES:
+        if value["type"] == "entry":
+            with pytest.raises(InvalidObject):
+                entry_message(encode(value))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(min_size=1, max_size=70), st.sampled_from(["turn", "summary"]),
+       st.dictionaries(st.text(max_size=8), st.text(max_size=30) | st.integers(-2, 2), min_size=1, max_size=4),
+       st.none() | st.just({"k": 1}), st.none() | st.lists(st.text(max_size=3), max_size=2), st.booleans())
+def test_an_entry_laid_out_directly_has_the_codecs_bytes_or_is_refused_alike(
+        entry_id: str, kind: str, message: dict[str, Any], meta: dict[str, Any] | None,
+        sources: list[str] | None, meta_null: bool) -> None:
+    """`encode_entry` (the import's fast path for chat turns) gives `encode_object`'s id and bytes, and
+    refuses (a lone surrogate) exactly what it refuses."""
+    entry = Entry(entry_id, kind, {"role": "user", **message}, meta, sources, meta_null and meta is None)
+    try:
+        expected = encode_object(entry)
+    except EncodingError:
+        with pytest.raises(EncodingError):
+            encode_entry(entry)
+        return
+    assert encode_entry(entry) == expected
+    assert entry_message(expected[1]) == entry.message

@@ -355,3 +355,102 @@ def test_a_revision_sent_whole_with_a_malformed_spine_is_refused_by_unpack():
         receiver = MemoryStore()
         _refused(receiver, b"".join(write_pack([(entry, entry_data), (rev, data)], 2)),
                  {"refs/heads/main": (None, rev)})
+
+
+def _lmdb_twin(tmp_path: Any, name: str) -> Any:
+    from ctxstore.store.lmdb import LmdbStore
+
+    return LmdbStore(tmp_path / name, durable=False, auto_dictionary=False)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(before=_OPS, after=_OPS, start=st.integers(0, 120))
+def test_a_store_keeping_deltas_packs_byte_for_byte_what_a_store_keeping_revisions_whole_packs(
+        tmp_path_factory: Any, before: list[Any], after: list[Any], start: int) -> None:
+    """Revisions the LMDB store keeps as deltas go into a pack as stored (not rebuilt): the same pack as
+    from the memory store, which plans from whole revisions, and it unpacks to the same history."""
+    from ctxstore.store import lmdb as lmdb_store
+    from ctxstore.store import revisions
+
+    lmdb_store._REVISIONS = revisions.RevisionCache()
+    memory = MemoryStore()
+    with _lmdb_twin(tmp_path_factory.mktemp("d"), "s") as disk:
+        history = MessageHistory().extend([{"role": "user", "content": f"s{i}"} for i in range(start)])
+        written: set[bytes] = set()
+
+        def save(h: MessageHistory) -> ObjectId:
+            new = [(o, d) for o, d in h.workspace.pending() if o not in written]
+            memory.put_many(new)
+            disk.put_many(new)  # one commit per revision: appends become deltas
+            written.update(o for o, _ in new)
+            return from_hex(h.revision_id)
+
+        for op, n in before:
+            history = _apply(history, op, n)
+            base = save(history)
+        base = save(history)
+        for op, n in after:
+            history = _apply(history, op, n)
+            save(history)
+        head = save(history)
+        lmdb_store._REVISIONS = revisions.RevisionCache()  # a fresh process: nothing rebuilt yet
+        for haves in ([base], []):
+            from_disk = b"".join(pack(disk, [head], haves))
+            assert from_disk == b"".join(pack(memory, [head], haves))
+        receiver = MemoryStore()
+        unpack(receiver, from_disk, {"refs/heads/main": (None, head)})
+        assert MessageHistory(source=receiver, head=history.revision_id).render() == history.render()
+
+
+def test_a_pack_of_appends_stored_as_deltas_rebuilds_none_of_them(tmp_path: Any, monkeypatch: Any) -> None:
+    from ctxstore.store import lmdb as lmdb_store
+    from ctxstore.store import revisions
+
+    with _lmdb_twin(tmp_path, "s") as store:
+        history = MessageHistory().append({"role": "user", "content": "first"})
+        store.put_many(history.workspace.pending())
+        base = from_hex(history.revision_id)
+        for i in range(200):
+            history = MessageHistory(source=store, head=history.revision_id).append(
+                {"role": "user", "content": f"m{i}"})
+            store.put_many(history.workspace.pending())
+        lmdb_store._REVISIONS = revisions.RevisionCache()
+        rebuilds: list[int] = []
+        real = revisions.rebuild
+        monkeypatch.setattr(revisions, "rebuild", lambda *a, **k: rebuilds.append(1) or real(*a, **k))
+        plan = plan_pack(store, [from_hex(history.revision_id)], [base])
+        assert rebuilds == [] and len(plan.rebuildable) == 200
+        receiver = MemoryStore()
+        unpack(receiver, pack(store, [base]),
+               {"refs/heads/main": (None, base)})
+        unpack(receiver, pack_objects(store, plan), {"refs/heads/main": (base, from_hex(history.revision_id))})
+        assert MessageHistory(source=receiver, head=history.revision_id).render() == history.render()
+
+
+def test_a_damaged_delta_record_stops_the_pack_with_damaged_data(tmp_path: Any) -> None:
+    """The planner does not rebuild stored appends, but it checks their records: damage is not sent."""
+    from ctxstore.errors import DamagedData
+    from ctxstore.store import lmdb as lmdb_store
+    from ctxstore.store import records as rec
+    from ctxstore.store import revisions
+
+    with _lmdb_twin(tmp_path, "s") as store:
+        history = MessageHistory().append({"role": "user", "content": "first"})
+        store.put_many(history.workspace.pending())
+        base = from_hex(history.revision_id)
+        history = MessageHistory(source=store, head=history.revision_id).append({"role": "user", "content": "x"})
+        store.put_many(history.workspace.pending())
+        head = from_hex(history.revision_id)
+        env = store.environment
+        with env.env.begin(write=True) as txn:
+            key = rec.object_key(head)
+            record = bytearray(txn.get(key, db=env.dbs[rec.OBJECTS]))
+            assert record[rec.HEAD_SIZE] == revisions.DELTA
+            fields = codec.decode(bytes(record[rec.HEAD_SIZE + 2:-revisions.CHECK_SIZE]))
+            fields[1] += 1  # another createdAt: still a well-formed delta
+            record[rec.HEAD_SIZE + 2:-revisions.CHECK_SIZE] = codec.encode(fields)
+            txn.put(key, bytes(record), db=env.dbs[rec.OBJECTS])
+        lmdb_store._REVISIONS = revisions.RevisionCache()
+        with pytest.raises(DamagedData):
+            b"".join(pack(store, [head], [base]))

@@ -116,9 +116,9 @@ def test_a_changed_stored_value_is_refused_not_returned(tmp_path: Path) -> None:
                 record = bytearray(txn.get(key, db=env.dbs[rec.OBJECTS]))
                 if record[rec.HEAD_SIZE] == DELTA:
                     # the createdAt of the delta: still a well-formed record, but not this revision's
-                    fields = codec.decode(bytes(record[rec.HEAD_SIZE + 2:]))
+                    fields = codec.decode(bytes(record[rec.HEAD_SIZE + 2:-revisions.CHECK_SIZE]))
                     fields[1] += 1
-                    record[rec.HEAD_SIZE + 2:] = codec.encode(fields)
+                    record[rec.HEAD_SIZE + 2:-revisions.CHECK_SIZE] = codec.encode(fields)
                 else:
                     record[-3] ^= 0x20
                 txn.put(key, bytes(record), db=env.dbs[rec.OBJECTS])
@@ -134,21 +134,24 @@ def test_the_delta_form_has_a_known_answer() -> None:
     """docs/storage.md gives this vector: a second implementation must store the same bytes."""
     parent = bytes(range(32))
     entry = bytes(range(32, 64))
-    value = revisions.delta_value((ObjectId(parent), 1_700_000_000_000, ["e1"], [ObjectId(entry)], 321), 1)
+    oid = ObjectId(bytes(range(64, 96)))
+    value = revisions.delta_value(oid, (ObjectId(parent), 1_700_000_000_000, ["e1"], [ObjectId(entry)], 321), 1)
     assert value.hex() == KNOWN_DELTA
-    depth, fields = revisions.parse_delta(ObjectId(bytes(32)), value)
+    depth, fields = revisions.parse_delta(oid, value)
     assert depth == 1 and fields == (parent, 1_700_000_000_000, ["e1"], [entry], 321)
+    with pytest.raises(DamagedData):
+        revisions.parse_delta(ObjectId(bytes(32)), value)  # the check binds the record to its id
 
 
 KNOWN_DELTA = ("0301855820000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f1b0000018bcfe5680081626531"
-               "815820202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f190141")
+               "815820202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f190141d40584336d68c206")
 
 
 def test_a_header_read_of_a_delta_reads_its_record_without_rebuilding(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/storage.md, *Header reads*: a delta's parent and time come from its record (no rebuild, no
-    hash); a record damaged in those fields is refused only by a full read, one that no longer parses by
-    both."""
+    hash of the revision); a record damaged in those fields, or one that no longer parses, is refused by
+    the record's check on a header read and by the id check on a full read."""
     with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
         history = _commit_each(store, 100)
         revs = [(oid, data) for oid, data in _revisions(history) if _codec_of(store, oid) == DELTA]
@@ -166,14 +169,51 @@ def test_a_header_read_of_a_delta_reads_its_record_without_rebuilding(
         with env.env.begin(write=True) as txn:
             key = rec.object_key(oid)
             record = bytearray(txn.get(key, db=env.dbs[rec.OBJECTS]))
-            fields = codec.decode(bytes(record[rec.HEAD_SIZE + 2:]))
+            fields = codec.decode(bytes(record[rec.HEAD_SIZE + 2:-revisions.CHECK_SIZE]))
             fields[1] += 1
-            txn.put(key, bytes(record[:rec.HEAD_SIZE + 2]) + codec.encode(fields), db=env.dbs[rec.OBJECTS])
+            txn.put(key, bytes(record[:rec.HEAD_SIZE + 2]) + codec.encode(fields)
+                    + bytes(record[-revisions.CHECK_SIZE:]), db=env.dbs[rec.OBJECTS])
         _forget_cache()
-        assert store.revision_header(oid)[1] == fields[1]  # read from the record as it is
+        with pytest.raises(DamagedData):
+            store.revision_header(oid)  # the record's check
         with pytest.raises(DamagedData):
             store.get(oid)  # the full read checks the id
         with env.env.begin(write=True) as txn:
             txn.put(key, bytes(record[:rec.HEAD_SIZE + 2]) + b"\xff", db=env.dbs[rec.OBJECTS])
         with pytest.raises(DamagedData):
             store.revision_header(oid)
+
+
+def test_a_stored_append_is_the_revisions_own_append_and_none_for_a_whole_one(tmp_path: Path) -> None:
+    """`read_stored_append` gives a delta revision's parent, time and appended entries (checked by the
+    record's seal, not rebuilt), None for a revision stored whole; a damaged record is refused."""
+    from ctxstore.store.base import read_stored_append
+    from ctxstore.store.memory import MemoryStore
+
+    with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
+        history = _commit_each(store, 80)
+        _forget_cache()
+        kinds = set()
+        with store.transaction() as txn:
+            for oid, data in _revisions(history):
+                parsed = parse_object(data)
+                assert isinstance(parsed, Revision)
+                found = read_stored_append(txn, oid)
+                kinds.add(found is not None)
+                if _codec_of(store, oid) == DELTA:
+                    op = parsed.operation
+                    assert op is not None and found == (parsed.parent, parsed.created_at, op["entryIds"],
+                                                        op["entries"])
+                else:
+                    assert found is None
+        assert kinds == {True, False}
+        assert read_stored_append(MemoryStore(), _revisions(history)[-1][0]) is None
+        env = store.environment
+        delta_oid = next(oid for oid, _ in reversed(_revisions(history)) if _codec_of(store, oid) == DELTA)
+        with env.env.begin(write=True) as txn:
+            key = rec.object_key(delta_oid)
+            record = bytearray(txn.get(key, db=env.dbs[rec.OBJECTS]))
+            record[-1] ^= 0x01  # the seal itself
+            txn.put(key, bytes(record), db=env.dbs[rec.OBJECTS])
+        with store.transaction() as txn, pytest.raises(DamagedData):
+            read_stored_append(txn, delta_oid)

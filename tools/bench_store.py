@@ -310,27 +310,33 @@ growing it compressed every object a second time; then the dictionary was traine
 in a second durable transaction. Now the records a commit makes are kept for its retry, and a commit
 bringing 512 objects or more to a store without a dictionary trains one on 2,000 of its own objects
 first and writes them with it (chat entries compress twice as well and twice as fast with it as with
-plain zstd). What remains is the history, not the store: measured alone on a quiet machine, 100,000
-messages took 0.09 s of message checks (`check_messages`), 1.92 s to build the history
-(`MessageHistory.extend`) and 0.94 s to commit, against 1.68 s for the whole raw pipeline. The build's
-profile (cProfile, share of its time): `cbor2.dumps` of the entries 18%, the codec's value check before
-it (`_fits`) 14%, `intake_entry` itself 9%, generating entry ids 11% (it was 19% before ids stopped
-going through `base64.b32encode`), blake3 6%, the entry-id index (`Workspace.introduce`) 5%, the
-sequence tree 6%, copying the message 6%: the raw pipeline's CBOR and hash plus about 10 us per message
-of checking, copying, naming and indexing it."""
-READ_NOTE = """How the read goes (`MessageHistory.render`): the view's tree is read a level at a time and its
-entries in batches of 4,096, each batch one `get_many` (one read transaction); entries decoded for the
-read are handed out as they are (no second copy), blobs are read only for the messages that hold them,
-and the cyclic garbage collector is held off while the view is decoded. Before, each object was its
-own `store.get` (a transaction and a lock each), each message was copied again, and the collector took
-16% of the time: 2.2 s and +236 MB in this benchmark. What is left is the per-object work that checked,
-compressed, content-addressed objects need, measured alone on the same 100,000 entries in one process:
-the LMDB gets 0.11 s, zstd with the dictionary 0.18 s, blake3 over each entry (every read is checked
-against its id) 0.11 s, `cbor2.loads` 0.22 s: 0.62 s, about twice SQLite's whole select. Beating SQLite
-needs fewer, larger objects to decompress and check (entries packed per leaf of the sequence tree),
-which is a change of the object format, not of the read path. Of the memory, about 40 MB are the pages
-of LMDB's data file that the read touched (file-backed, the page cache's); the anonymous memory is the
-messages, their ids and the interpreter's modules."""
+plain zstd). What remains is the history, not the store. Building the history of 100,000 messages
+(`MessageHistory.extend`) took 1.92 s (CPU, on a quiet machine) and committing it 0.94 s, against 1.68 s
+for the whole raw pipeline; the build is now about 1.5 s: a chat entry (no meta, no sources, text
+only) is laid out directly and only its message goes through CBOR (`objects.encode_entry`, the same
+bytes as the codec's, without its value check), and an entry id spells its time and node digits once
+per millisecond. The build's profile now (cProfile, share of its time): `intake_entry` itself 15%
+(checking and copying the message), `cbor2.dumps` of the messages 14%, the entry-id index
+(`Workspace.introduce`) 13%, the sequence tree 12%, blake3 7%, entry ids 5%: the raw pipeline's CBOR
+and hash plus about 7 us per message of checking, copying, naming and indexing it."""
+READ_NOTE = """How the read goes (`MessageHistory.render`): the view's tree is read a level at a time (in
+slices of 512 nodes, so a level's decoded nodes are not all held at once) and its entries in batches of
+4,096, each batch one `get_many` (one read transaction, every object checked against its id); an
+entry's message is taken from its checked bytes without making an `Entry` (`objects.entry_message`: a
+chat entry's fixed layout is read directly and only the message is decoded, 0.12 s against 0.28 s for
+the whole entry and 0.29 s for `json.loads` of the same messages), blobs are read only for the messages
+that hold them, and the cyclic garbage collector is held off while the view is decoded. What is left,
+measured alone on the same 100,000 entries in one process (CPU seconds): the tree and the view's ids
+0.12, the LMDB gets 0.11, zstd with the dictionary 0.19, blake3 over each entry 0.08, the message
+decode and check 0.19: 0.69 of the 0.84 of a warm render, against about 0.3 for SQLite's whole select.
+The store's part (gets, zstd, hashes: 0.38 s) is per object; storing entries packed per leaf of the
+sequence tree (one object per 32 entries) would cut it to a few hundredths and bring the read near
+SQLite's, a change of the object format and of every layer that counts objects (packs, gc, fsck), not
+of the read path, and not made here. Of the memory, about 25-40 MB are the pages of LMDB's data file
+that the read touched (file-backed, the page cache's; the kernel maps 16 pages around each fault, and
+dropping them as the read goes (madvise) cost 20% more time, so it is not done); the anonymous memory
+is the messages, the view's ids and, for a bulk import, the one revision's operation naming all
+100,000 entries (15 MB), which a history keeps with its head."""
 READ_MESSAGES = 100_000
 READ_ROUNDS = 5
 _READERS = {

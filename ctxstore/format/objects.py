@@ -15,7 +15,7 @@ import cbor2
 
 from ..errors import InvalidObject
 from ..ids import OID_SIZE, ObjectId, object_id
-from .codec import decode, encode
+from .codec import MAX_OBJECT_SIZE, decode, encode
 
 __all__ = [
     "BLOB_THRESHOLD",
@@ -25,7 +25,9 @@ __all__ = [
     "Revision",
     "SPINE_KEY",
     "SeqNode",
+    "encode_entry",
     "encode_object",
+    "entry_message",
     "fields_before_spine",
     "from_value",
     "parse_object",
@@ -165,12 +167,13 @@ class Revision:
 
 
 def _check_ids(value: Any, what: str) -> None:
-    if type(value) is not list or any(type(i) is not str for i in value):
+    # Set arithmetic over types and lengths rather than a call per item: an append may name 100,000.
+    if type(value) is not list or (value and set(map(type, value)) != {str}):
         raise _fail("revision", f"{what} must be a list of entry ids")
 
 
 def _check_oids(value: Any, what: str) -> None:
-    if type(value) is not list or not all(_is_oid(i) for i in value):
+    if type(value) is not list or (value and (set(map(type, value)) != {bytes} or set(map(len, value)) != {OID_SIZE})):
         raise _fail("revision", f"{what} must be a list of object ids")
 
 
@@ -339,6 +342,58 @@ def parse_object(data: bytes, *, trusted: bool = False) -> Object:
     that were checked when they were stored.
     """
     return from_value(cbor2.loads(data), trusted=True) if trusted else from_value(decode(data))
+
+
+_ENTRY_FIELDS = frozenset(("type", "id", "kind", "message", "meta", "sources"))
+_ENTRY_START = b"\xa4bid"  # a map of four fields, the first "id": an entry without meta or sources
+_ENTRY_MIDDLE = {kind: b"dkind" + encode(kind) + b"dtypeeentrygmessage" for kind in ENTRY_KINDS}
+"""What follows the id in such an entry's canonical bytes, by kind: then the message, its last field."""
+
+
+def encode_entry(entry: Entry) -> tuple[ObjectId, bytes]:
+    """`encode_object` of an entry. One with no meta or sources whose message holds only text (a chat
+    turn, most of an import) is laid out directly: only its message goes through CBOR."""
+    message = entry.message
+    if (entry.meta is None and not entry.meta_null and entry.sources is None and entry.kind in _ENTRY_MIDDLE
+            and type(entry.id) is str and 0 < len(entry.id) < 64 and type(message) is dict
+            and ((len(message) == 2 and type(message.get("role")) is str and type(message.get("content")) is str)
+                 or all(type(k) is str and type(v) is str for k, v in message.items()))):
+        try:
+            ident = entry.id.encode("utf-8")
+            body = cbor2.dumps(message, canonical=True)
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: the codec's own encoding says where
+        else:
+            size = len(ident)
+            head = bytes([0x60 + size]) if size < 24 else bytes([0x78, size])
+            data = b"".join((_ENTRY_START, head, ident, _ENTRY_MIDDLE[entry.kind], body))
+            if len(data) <= MAX_OBJECT_SIZE:
+                return object_id(data), data
+    return encode_object(entry)
+
+
+def entry_message(data: bytes) -> dict[str, Any] | None:
+    """The message of an object's canonical bytes (checked when stored) if it is an entry, checked as
+    `parse_object` checks an entry but without making the `Entry`: what reading a whole view needs.
+    None if the bytes are a valid object of another type; `InvalidObject` if they are not a valid object.
+
+    An entry with no meta or sources (most) is read from its bytes' fixed layout, decoding only the id's
+    length and the message; any other shape goes through `parse_object`.
+    """
+    if data.startswith(_ENTRY_START) and len(data) > 6:
+        head = data[4]
+        start = 5 if head < 0x78 else 6
+        size = head - 0x60 if head < 0x78 else data[5] if head == 0x78 else 0
+        end = start + size
+        middle = _ENTRY_MIDDLE["turn"] if data.startswith(_ENTRY_MIDDLE["turn"], end) else (
+            _ENTRY_MIDDLE["summary"] if data.startswith(_ENTRY_MIDDLE["summary"], end) else None)
+        if size > 0 and middle is not None:
+            message = cbor2.loads(data[end + len(middle):])
+            if (type(message) is dict and type(message.get("role")) is str
+                    and type(message.get("content")) is str):
+                return message
+    obj = parse_object(data, trusted=True)  # the other shapes (blob references, blocks), or says what is wrong
+    return obj.message if isinstance(obj, Entry) else None
 
 
 def fields_before_spine(data: bytes) -> dict[str, Any] | None:

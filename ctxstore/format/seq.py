@@ -654,30 +654,39 @@ def iter_items(spine: Spine, get: GetNode) -> Iterator[tuple[str, ObjectId | Non
     yield from ((entry_id, oid) for entry_id, oid in spine[0])
 
 
+_NODE_SLICE = 512
+
+
 def items_batched(spine: Spine,
                   get_many: Callable[[list[ObjectId]], list[SeqNode]]) -> list[tuple[str, ObjectId | None]]:
     """`iter_items` as a list, reading the stored nodes a level at a time (one `get_many` per level, not
     one read per node): what reading a whole view needs."""
-    # Nodes still to read are [oid, level] lists, items already read are (entry id, oid) tuples.
+    # Nodes still to read are [oid, level] lists, items already read are (entry id, oid) tuples. Nodes
+    # are read a slice of a level at a time, so a level's decoded nodes are not all held at once.
     parts: list[Any] = [[oid, level] for oid, level in subtrees(spine)]
     while True:
         refs = [part[0] for part in parts if type(part) is list]
         if not refs:
             break
-        nodes = iter(get_many(refs))
         out: list[Any] = []
-        for part in parts:
-            if type(part) is not list:
-                out.append(part)
-                continue
-            node = next(nodes)
-            if node.level != part[1]:
-                raise InvalidObject(f"seq node {part[0].hex()} is at level {node.level}, where its parent "
-                                    f"puts a node of level {part[1]}")
-            if node.level == 0:
-                out.extend([(entry_id, oid) for entry_id, oid in node.items])
-            else:
-                out.extend([[ObjectId(child), node.level - 1] for child, _ in node.items])
+        at = 0
+        for start in range(0, len(refs), _NODE_SLICE):
+            nodes = get_many(refs[start:start + _NODE_SLICE])
+            for node in nodes:
+                while type(parts[at]) is not list:
+                    out.append(parts[at])
+                    at += 1
+                part = parts[at]
+                at += 1
+                if node.level != part[1]:
+                    raise InvalidObject(f"seq node {part[0].hex()} is at level {node.level}, where its parent "
+                                        f"puts a node of level {part[1]}")
+                if node.level == 0:
+                    out.extend([(entry_id, oid) for entry_id, oid in node.items])
+                else:
+                    out.extend([[ObjectId(child), node.level - 1] for child, _ in node.items])
+            del nodes
+        out.extend(parts[at:])
         parts = out
     parts.extend([(entry_id, oid) for entry_id, oid in spine[0]])
     return parts

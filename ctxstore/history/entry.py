@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidObject
-from ..format.objects import Entry
+from ..format.objects import Entry, entry_message, parse_object
 from ..ids import ObjectId, to_hex
 from .intake import expand_message, plain_copy
 from .workspace import Workspace
 
-__all__ = ["MessageHistoryEntry", "read_entries", "read_entry", "read_messages"]
+__all__ = ["MessageHistoryEntry", "collector_paused", "has_blobs", "read_entries", "read_entry", "read_messages"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,7 @@ def read_entries(ws: Workspace, oids: list[ObjectId]) -> list[MessageHistoryEntr
     """`read_entry` of many entries, read in batches; what was decoded for this read is handed out as it
     is (no one else holds it), the rest copied, and blobs read only for the messages that have them."""
     out: list[MessageHistoryEntry] = []
-    with _collector_paused():
+    with collector_paused():
         for oid, (stored, fresh) in zip(oids, ws.read_many(oids), strict=True):
             if not isinstance(stored, Entry):
                 raise InvalidObject(f"object {to_hex(oid)} is a {type(stored).__name__.lower()}, not an entry")
@@ -53,7 +53,7 @@ def read_entries(ws: Workspace, oids: list[ObjectId]) -> list[MessageHistoryEntr
                 out.append(read_entry(ws, oid))
                 continue
             message = stored.message
-            if _has_blobs(message):
+            if has_blobs(message):
                 message = expand_message(message, ws.value)
             out.append(MessageHistoryEntry(stored.id, message, stored.kind, stored.meta,
                                            list(stored.sources) if stored.sources is not None else None,
@@ -64,26 +64,31 @@ def read_entries(ws: Workspace, oids: list[ObjectId]) -> list[MessageHistoryEntr
 def read_messages(ws: Workspace, oids: list[ObjectId]) -> list[dict[str, Any]]:
     """The messages of many entries (what `render` returns), read as `read_entries` reads them."""
     out: list[dict[str, Any]] = []
-    with _collector_paused():
-        for oid, (stored, fresh) in zip(oids, ws.read_many(oids), strict=True):
-            if not isinstance(stored, Entry):
-                raise InvalidObject(f"object {to_hex(oid)} is a {type(stored).__name__.lower()}, not an entry")
-            message = stored.message
-            if not fresh or _has_blobs(message):
+    with collector_paused():
+        for oid, (found, fresh) in zip(oids, ws.read_raw(oids), strict=True):
+            # What is read just now is checked as an entry and its message taken, no Entry made.
+            message = (entry_message(found) if type(found) is bytes
+                       else found.message if isinstance(found, Entry) else None)
+            if message is None:
+                kind = type(parse_object(found, trusted=True) if type(found) is bytes else found).__name__
+                raise InvalidObject(f"object {to_hex(oid)} is a {kind.lower()}, not an entry")
+            if not fresh or (type(message.get("content")) is not str and has_blobs(message)):
                 message = expand_message(message, ws.value)
             out.append(message)
     return out
 
 
-def _has_blobs(message: dict[str, Any]) -> bool:
+def has_blobs(message: Mapping[str, Any]) -> bool:
+    """Whether a stored message holds blob references (bytes) that reading must expand."""
     content = message.get("content")
     return type(content) is bytes or (type(content) is list and any(type(b) is bytes for b in content))
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Hold the cyclic garbage collector off while a view is decoded: the objects made are all kept
-    (none is garbage), and the collector would otherwise scan them over and over as they accumulate."""
+def collector_paused() -> Iterator[None]:
+    """Hold the cyclic garbage collector off while entries are decoded: what is made is kept or dropped
+    whole (none of it is cyclic garbage), and the collector would otherwise scan it over and over as it
+    accumulates."""
     was = gc.isenabled()
     gc.disable()
     try:

@@ -193,8 +193,7 @@ class Graph:
         ws = self.workspace
         if oid in ws.indexed or (rev.parent is not None and rev.parent not in ws.indexed):
             return
-        for entry_id, entry_oid in _operation_entries(ws, rev):
-            ws.introduce(oid, entry_id, entry_oid)
+        ws.introduce_all(oid, _operation_entries(ws, rev))
         for entry_id, entry_oid in pinned:
             ws.introduce(oid, entry_id, entry_oid)
         ws.indexed.add(oid)

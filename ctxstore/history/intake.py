@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 from ..errors import EncodingError, InvalidInput
 from ..format.codec import MAX_DEPTH, encode
-from ..format.objects import BLOB_THRESHOLD, ENTRY_KINDS, PATCH_OPS, Blob, Entry, Object, encode_object
+from ..format.objects import BLOB_THRESHOLD, ENTRY_KINDS, PATCH_OPS, Blob, Entry, Object, encode_entry, encode_object
 from ..ids import ObjectId
 from .entry_ids import new_entry_id
 
@@ -98,6 +98,16 @@ class Intake(NamedTuple):
 
 def intake_entry(value: Any, *, kind: str | None = None, sources: list[str] | None = None) -> Intake:
     """An entry input as a stored, encoded entry (deep-copied and checked), with its blobs."""
+    if (type(value) is dict and len(value) == 2 and type(value.get("role")) is str
+            and type(content := value.get("content")) is str and 4 * len(content) + 5 < BLOB_THRESHOLD
+            and sources is None and kind in (None, "turn")):
+        # A chat turn given as its message (most of an import): nothing to copy deeply or take out as a blob.
+        entry = Entry(new_entry_id(), "turn", dict(value), None, None, False)
+        try:
+            oid, data = encode_entry(entry)
+        except EncodingError as exc:
+            raise InvalidInput(f"entry cannot be stored: {exc}") from None
+        return Intake(entry, (oid, data, entry), [], False)
     value = intake_copy(value)
     if not isinstance(value, dict):
         raise InvalidInput(f"an entry is a message dict or {{'message': ...}}, not {type(value).__name__}")
@@ -135,7 +145,7 @@ def intake_entry(value: Any, *, kind: str | None = None, sources: list[str] | No
         message["content"] = [_blob_out(block, blobs) for block in content]
     entry = Entry(entry_id, kind, message, meta, sources, meta_null)
     try:
-        oid, data = encode_object(entry)
+        oid, data = encode_entry(entry)
     except EncodingError as exc:
         raise InvalidInput(f"entry cannot be stored: {exc}") from None
     return Intake(entry, (oid, data, entry), blobs, explicit)

@@ -30,7 +30,15 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..errors import InvalidObject, MissingObject
-from ..format.objects import Entry, Object, Revision, SeqNode, encode_object, parse_object, revision_header
+from ..format.objects import (
+    Entry,
+    Object,
+    Revision,
+    SeqNode,
+    encode_object,
+    parse_object,
+    revision_header,
+)
 from ..format.seq import SpineBytes, encode_node, encode_revision, spine_bytes
 from ..ids import ObjectId, object_id, to_hex
 from ..store.base import ObjectSource, read_revision_header
@@ -86,6 +94,13 @@ class Workspace:
         and the caller may hand it out without copying). Those decoded here come from the cache; the rest
         are read in batches (`get_many`, one read transaction each where the source has it) and not
         kept, since a whole view's reader reads each once."""
+        for found, fresh in self.read_raw(oids):
+            yield (parse_object(found, trusted=True), True) if isinstance(found, bytes) else (found, fresh)
+
+    def read_raw(self, oids: list[ObjectId]) -> Iterator[tuple[bytes | Object, bool]]:
+        """`read_many`, but what is read just now comes as its canonical bytes (checked against its id),
+        not yet decoded (a reader that needs one field of each, `objects.entry_message`, takes it from
+        them); what was decoded here before comes as the object, with False."""
         decoded, pending, source = self._decoded, self._pending, self.source
         many = getattr(source, "get_many", None)
         for start in range(0, len(oids), _BATCH):
@@ -100,11 +115,9 @@ class Workspace:
                         ) if unread and source is not None else iter(())
             for found in held:
                 if found is None:
-                    yield parse_object(next(read), trusted=True), True
-                elif isinstance(found, bytes):
-                    yield parse_object(found, trusted=True), True
+                    yield next(read), True
                 else:
-                    yield found, False
+                    yield found, type(found) is bytes
 
     def nodes(self, oids: list[ObjectId]) -> list[SeqNode]:
         """Seq nodes by id, read in batches (`read_many`)."""
@@ -262,6 +275,16 @@ class Workspace:
             if oid == entry_oid and self.is_ancestor(rev, revision):
                 return
         known.append((revision, entry_oid))
+
+    def introduce_all(self, revision: ObjectId, pairs: Iterable[tuple[str, ObjectId]]) -> None:
+        """`introduce` of many (entry id, entry oid) pairs by one revision; an id nothing introduced
+        before (every id of an import) is recorded without the ancestry walk."""
+        introduced = self._introduced
+        for entry_id, entry_oid in pairs:
+            if entry_id in introduced:
+                self.introduce(revision, entry_id, entry_oid)
+            else:
+                introduced[entry_id] = [(revision, entry_oid)]
 
     def introductions(self, entry_id: str) -> list[tuple[ObjectId, ObjectId]]:
         """(revision, entry oid) for each recorded introduction of `entry_id`, oldest first."""

@@ -19,8 +19,8 @@ from ..errors import DamagedData, InvalidInput, InvalidObject, MissingObject
 from ..format import seq
 from ..format.objects import Entry, Object, Revision, SeqNode, parse_object
 from ..ids import ObjectId, to_hex
-from ..store.base import ObjectSource, read_revision_header
-from .records import rebuild_tree
+from ..store.base import ObjectSource, read_revision_header, read_stored_append
+from .records import AppendForm, rebuild_tree
 from .stream import write_pack as _write_pack
 
 __all__ = [
@@ -40,8 +40,10 @@ _NODE_CACHE = 4096
 _REVISION_CACHE = 32
 _ENTRY_CACHE = 256
 _HELD_BYTES = 32 * 1024 * 1024
-"""Canonical bytes of planned revisions a plan keeps for its pack, at most: the stream then does not read
-(and a store keeping revisions as deltas does not rebuild and hash) each of them a second time."""
+"""Canonical bytes of planned objects a plan keeps for its pack, at most: the stream then does not read
+(decompress and hash) each of them a second time."""
+_SPINES = 1024
+_APPENDS = 1 << 16
 
 
 class _Reader:
@@ -191,9 +193,10 @@ class PackPlan:
     objects: list[ObjectId]
     rebuildable: frozenset[ObjectId] = frozenset()
     rebuilt: int = 0
-    held: Mapping[ObjectId, bytes] = field(default_factory=dict, repr=False, compare=False)
-    """Canonical bytes the walk read of some of its revisions (read from the store and checked there),
-    which `pack_objects` sends instead of reading them again."""
+    held: Mapping[ObjectId, bytes | AppendForm] = field(default_factory=dict, repr=False, compare=False)
+    """What the walk read of some of its objects, which `pack_objects` sends instead of reading them
+    again: canonical bytes (read from the store and checked there), or for a rebuildable revision the
+    store keeps as a delta, that append (checked by the store, `read_stored_append`), never rebuilt."""
 
     def __len__(self) -> int:
         return len(self.objects)
@@ -233,11 +236,12 @@ def _plan(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[Objec
     reader = _Reader(source)
     haves = list(haves)
     revisions = _revisions_to_send(reader, wants, haves)
-    planned = set(revisions)
     have_spines = [reader.revision(h).seq for h in haves if reader.source.has(h)]
+    spines = _Spines(reader)
     out: list[ObjectId] = []
     sent: set[ObjectId] = set()  # objects in the pack or rebuilt by the receiver
     rebuildable: set[ObjectId] = set()
+    forms: dict[ObjectId, AppendForm] = {}
     rebuilt = 0
 
     def add(oid: ObjectId) -> None:
@@ -255,11 +259,25 @@ def _plan(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[Objec
                 add(blob)
             add(entry_oid)
 
-    reader.keep = _HELD_BYTES  # each revision to send is read once more, below: keep its bytes
+    reader.keep = _HELD_BYTES  # what is sent is read once more by the stream: keep its bytes
     for oid in revisions:
-        rev = reader.revision(oid)
         if rebuild:
-            rebuilds = _rebuild(reader, rev)
+            # A revision the store keeps as a delta is an append it checked rebuilds to its bytes, and that
+            # append closed no node: it goes rebuildable as stored, neither rebuilt nor hashed here.
+            stored = read_stored_append(source, oid)
+            blobs = None if stored is None else _entry_blobs(reader, stored[2], stored[3])
+            if stored is not None and blobs is not None:
+                parent, created_at, ids, entries = stored
+                add_entries(entries, frozenset(), blobs)
+                spines.appended(oid, parent, [[i, o] for i, o in zip(ids, entries, strict=True)])
+                forms[oid] = AppendForm(parent, created_at, tuple(entries))
+                rebuildable.add(oid)
+                add(oid)
+                continue
+        rev = reader.revision(oid)
+        spines.known(oid, rev.seq, rev.size)
+        if rebuild:
+            rebuilds = _rebuild(reader, rev, spines)
             if rebuilds is not None:
                 nodes, blobs = rebuilds
                 add_entries(rev.operation_ids(), frozenset(), blobs)
@@ -268,7 +286,7 @@ def _plan(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[Objec
                 rebuildable.add(oid)
                 add(oid)
                 continue
-        base = [reader.revision(rev.parent).seq] if rev.parent is not None else have_spines
+        base = [spines.of(rev.parent)[0]] if rev.parent is not None else have_spines
         d = seq.diff([rev.seq], base, reader.node)
         present = {ObjectId(e) for leaf in d.b_leaves for _, e in leaf.items if e is not None}
         entries = [ObjectId(e) for leaf in d.a_leaves for _, e in leaf.items if e is not None]
@@ -278,11 +296,67 @@ def _plan(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[Objec
         for node in reversed(d.a_nodes):
             add(node)
         add(oid)
-    held = {oid: data for oid, data in reader.held.items() if oid in planned}
+    held: dict[ObjectId, bytes | AppendForm] = {oid: data for oid, data in reader.held.items() if oid in sent}
+    held.update(forms)
     return PackPlan(out, frozenset(rebuildable), rebuilt, held)
 
 
-def _rebuild(reader: _Reader, rev: Revision) -> tuple[list[ObjectId], dict[ObjectId, tuple[ObjectId, ...]]] | None:
+class _Spines:
+    """The spines and sizes of the revisions a plan walks, for the rebuild checks and diffs that need a
+    parent's: read whole, or made from the nearest one known by appending the stored appends since,
+    all in one `seq.append` (the chunking rule gives one tree whatever the batching)."""
+
+    def __init__(self, reader: _Reader) -> None:
+        self._reader = reader
+        self._known: dict[ObjectId, tuple[seq.Spine, int]] = {}
+        self._appends: dict[ObjectId, tuple[ObjectId, list[list[Any]]]] = {}
+
+    def known(self, oid: ObjectId, spine: seq.Spine, size: int) -> None:
+        if len(self._known) >= _SPINES:
+            self._known.clear()
+        self._known[oid] = (spine, size)
+
+    def appended(self, oid: ObjectId, parent: ObjectId, pairs: list[list[Any]]) -> None:
+        """Revision `oid` is `parent`'s tree with `pairs` appended (a stored append, checked by the store)."""
+        if len(self._appends) >= _APPENDS:
+            self._appends.clear()  # bounded: a spine it no longer reaches is read from the store
+        self._appends[oid] = (parent, pairs)
+
+    def of(self, oid: ObjectId) -> tuple[seq.Spine, int]:
+        chain: list[list[list[Any]]] = []
+        at = oid
+        found = self._known.get(at)
+        while found is None:
+            step = self._appends.get(at)
+            if step is None or len(chain) > _SPINES:
+                rev = self._reader.revision(at)
+                found = (rev.seq, rev.size)
+                break
+            chain.append(step[1])
+            at = step[0]
+            found = self._known.get(at)
+        if chain:
+            pairs = [pair for step_pairs in reversed(chain) for pair in step_pairs]
+            found = (seq.append(found[0], pairs, seq.node_id), found[1] + len(pairs))
+            self.known(oid, *found)
+        return found
+
+
+def _entry_blobs(reader: _Reader, ids: list[str], entries: list[ObjectId]
+                 ) -> dict[ObjectId, tuple[ObjectId, ...]] | None:
+    """The blobs of appended entries by entry, or None if an entry's own id is not the one the append
+    names (the receiver rebuilds with the entries' own ids, so such a revision goes in full)."""
+    blobs: dict[ObjectId, tuple[ObjectId, ...]] = {}
+    for entry_id, entry_oid in zip(ids, entries, strict=True):
+        entry = reader.entry(ObjectId(entry_oid))
+        if entry.id != entry_id:
+            return None
+        blobs[ObjectId(entry_oid)] = tuple(entry.blob_ids())
+    return blobs
+
+
+def _rebuild(reader: _Reader, rev: Revision, spines: _Spines
+             ) -> tuple[list[ObjectId], dict[ObjectId, tuple[ObjectId, ...]]] | None:
     """The ids of the nodes a receiver makes rebuilding `rev` from its parent, and the blobs of the
     appended entries (read on the way); None if `rev` does not rebuild.
 
@@ -293,14 +367,11 @@ def _rebuild(reader: _Reader, rev: Revision) -> tuple[list[ObjectId], dict[Objec
     op = rev.operation
     if op is None or op["type"] != "append":
         return None
+    blobs = _entry_blobs(reader, op["entryIds"], op["entries"])
+    if blobs is None:
+        return None
     pairs = [[i, o] for i, o in zip(op["entryIds"], op["entries"], strict=True)]
-    blobs: dict[ObjectId, tuple[ObjectId, ...]] = {}
-    for entry_id, entry_oid in pairs:
-        entry = reader.entry(ObjectId(entry_oid))
-        if entry.id != entry_id:
-            return None
-        blobs[ObjectId(entry_oid)] = tuple(entry.blob_ids())
-    parent = None if rev.parent is None else reader.revision(rev.parent)
+    parent = None if rev.parent is None else spines.of(rev.parent)
     spine, size, made = rebuild_tree(parent, pairs)
     if spine != rev.seq or size != rev.size:
         return None
@@ -325,8 +396,8 @@ def pack_objects(store: ObjectSource, plan: PackPlan | list[ObjectId], *, level:
                        rebuildable=plan.rebuildable)
 
 
-def _read_objects(store: ObjectSource, oids: list[ObjectId],
-                  held: Mapping[ObjectId, bytes]) -> Iterator[tuple[ObjectId, bytes]]:
+def _read_objects(store: ObjectSource, oids: list[ObjectId], held: Mapping[ObjectId, bytes | AppendForm]
+                  ) -> Iterator[tuple[ObjectId, bytes | AppendForm]]:
     txn_of: Callable[..., Any] | None = getattr(store, "transaction", None)
     for start in range(0, len(oids), _READ_BATCH):
         batch = oids[start:start + _READ_BATCH]

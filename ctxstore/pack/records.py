@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import cbor2
 
@@ -34,7 +34,8 @@ from ..format.objects import (
 )
 from ..ids import OID_SIZE, ObjectId, object_id, to_hex
 
-__all__ = ["BACKREF_TAG", "DERIVED_TAG", "Lookup", "Rebuilder", "decode_record", "encode_record", "rebuild_tree"]
+__all__ = ["BACKREF_TAG", "DERIVED_TAG", "AppendForm", "Lookup", "Rebuilder", "decode_record", "encode_append",
+           "encode_record", "rebuild_tree"]
 
 BACKREF_TAG = 6
 """CBOR tag of a back-reference; stored objects never contain tags, so it cannot be confused."""
@@ -108,6 +109,25 @@ def encode_record(data: bytes, index: Mapping[bytes, int], *, rebuild: bool = Fa
     return cbor2.dumps(new, canonical=True) if changed or rebuild else data
 
 
+class AppendForm(NamedTuple):
+    """What a rebuildable revision's record carries: an append revision without its spine, size and
+    entry ids (a store that keeps append revisions as deltas has exactly this, `read_stored_append`)."""
+
+    parent: bytes
+    created_at: int
+    entries: tuple[bytes, ...]
+
+
+def encode_append(form: AppendForm, index: Mapping[bytes, int]) -> bytes:
+    """The pack form of the rebuildable revision `form` stands for, sent after the objects in `index`:
+    the record `encode_record(data, index, rebuild=True)` makes from the revision's canonical bytes."""
+    value = {"type": "revision", "parent": form.parent, "createdAt": form.created_at,
+             "operation": {"type": "append", "entries": list(form.entries), "entryIds": _DERIVED},
+             "size": _DERIVED, SPINE_KEY: _DERIVED}
+    new, _changed = _substitute(value, index, len(index))
+    return cbor2.dumps(new, canonical=True)
+
+
 class _Restore:
     """Turns a decoded pack form back into the object's value, refusing anything a writer cannot send."""
 
@@ -177,11 +197,11 @@ def _split_derived(raw: Any) -> bool:
 Lookup = Callable[[ObjectId], bytes | None]
 
 
-def rebuild_tree(parent: Revision | None,
+def rebuild_tree(parent: tuple[seq.Spine, int] | None,
                  pairs: list[list[Any]]) -> tuple[seq.Spine, int, list[tuple[ObjectId, bytes, SeqNode]]]:
     """The rule both sides of a pack follow to rebuild an append revision: its tree is the parent's
-    tree (an empty one without a parent) with the appended (entry id, entry oid) `pairs` added by the
-    chunking rule, and its size the parent's plus their number.
+    tree (its spine and size; an empty tree without a parent) with the appended (entry id, entry oid)
+    `pairs` added by the chunking rule, and its size the parent's plus their number.
 
     Returns the spine, the size, and the nodes the append closes (id, canonical bytes, node), each once.
     Nothing is read: the parent's spine is all an append changes.
@@ -194,8 +214,8 @@ def rebuild_tree(parent: Revision | None,
         made.setdefault(nid, (nid, data, node))
         return nid
 
-    spine = seq.append(parent.seq if parent is not None else [[]], pairs, put)
-    return spine, (parent.size if parent is not None else 0) + len(pairs), list(made.values())
+    spine = seq.append(parent[0] if parent is not None else [[]], pairs, put)
+    return spine, (parent[1] if parent is not None else 0) + len(pairs), list(made.values())
 
 
 class Rebuilder:
@@ -277,7 +297,7 @@ class Rebuilder:
                 raise BadPack("a rebuildable revision's parent must be an object id")
             prev = self._get(ObjectId(parent), Revision, "parent revision")
 
-        spine, size, made = rebuild_tree(prev, pairs)
+        spine, size, made = rebuild_tree(None if prev is None else (prev.seq, prev.size), pairs)
         for nid, _, node in made:
             self.remember(nid, node)
         value[SPINE_KEY], value["size"] = spine, size

@@ -9,14 +9,17 @@ one transaction (`ctxstore.repo.receive`; this layer writes into no store).
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from ..format.codec import MAX_OBJECT_SIZE
 from ..format.objects import Object, references
 from ..ids import ObjectId
 from ..store.base import ObjectSource
 from .stream import DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOTAL_SIZE, PackSource, read_parsed
+
+if TYPE_CHECKING:
+    import tempfile
 
 __all__ = ["StagedPack", "missing_references", "verify_pack"]
 
@@ -28,6 +31,8 @@ class StagedPack:
     """
 
     def __init__(self, spool_size: int) -> None:
+        import tempfile  # here, not at start-up: most commands never receive a pack
+
         self._file: tempfile.SpooledTemporaryFile[bytes] = tempfile.SpooledTemporaryFile(max_size=spool_size)  # noqa: SIM115
         self._spans: list[tuple[ObjectId, int, int]] = []
         self._where: dict[bytes, int] = {}

@@ -29,7 +29,16 @@ from ..format import seq
 from ..format.codec import MAX_OBJECT_SIZE
 from ..format.objects import Object, from_value
 from ..ids import ObjectId, object_id, to_hex
-from .records import BACKREF_TAG, DERIVED_TAG, Lookup, Rebuilder, decode_record, encode_record
+from .records import (
+    BACKREF_TAG,
+    DERIVED_TAG,
+    AppendForm,
+    Lookup,
+    Rebuilder,
+    decode_record,
+    encode_append,
+    encode_record,
+)
 
 __all__ = [
     "BACKREF_TAG",
@@ -100,7 +109,7 @@ def _read_varint(read: Callable[[int, str], bytes], what: str, where: str) -> in
     raise BadPack(f"bad pack: {what} at {where} is a varint longer than {_MAX_VARINT} bytes")
 
 
-def write_pack(objects: Iterable[tuple[ObjectId, bytes]], count: int, *, level: int = 9,
+def write_pack(objects: Iterable[tuple[ObjectId, bytes | AppendForm]], count: int, *, level: int = 9,
                rebuildable: Container[bytes] = frozenset()) -> Iterator[bytes]:
     """Stream a pack of `count` objects (id, canonical bytes) as bytes chunks.
 
@@ -109,8 +118,10 @@ def write_pack(objects: Iterable[tuple[ObjectId, bytes]], count: int, *, level: 
     one- or two-byte back-reference. The revisions named in `rebuildable` (append revisions whose
     spine the receiver rebuilds from the parent's; the caller has checked that it comes out the same,
     and leaves the nodes the append closed out of `objects`) are sent without treeSpine, size and entry ids.
-    The pack is of version `VERSION`. Raises `InvalidInput` if the objects are not `count` distinct
-    objects whose ids match their bytes.
+    A rebuildable revision may be given as its `AppendForm` instead of its bytes (what a store keeping
+    deltas holds, checked there): it is sent as it is, not hashed here. The pack is of version
+    `VERSION`. Raises `InvalidInput` if the objects are not `count` distinct objects whose ids match
+    their bytes.
     """
     if type(count) is not int or count < 0:
         raise InvalidInput(f"write_pack needs a non-negative object count, not {count!r}")
@@ -137,14 +148,19 @@ def write_pack(objects: Iterable[tuple[ObjectId, bytes]], count: int, *, level: 
     for here, (oid, data) in enumerate(objects):
         if here >= count:
             raise InvalidInput(f"write_pack was told {count} objects but given more")
-        if not isinstance(data, bytes):
-            raise InvalidInput(f"object {here}: its data must be bytes, not {type(data).__name__}")
-        if object_id(data) != oid:
-            raise InvalidInput(f"object {here} does not hash to its id {to_hex(oid)}; the store is corrupt")
         if oid in index:
             raise InvalidInput(f"object {to_hex(oid)} is given twice (objects {index[oid]} and {here})")
         rebuild = oid in rebuildable
-        body = encode_record(data, index, rebuild=rebuild)
+        if type(data) is AppendForm:
+            if not rebuild:
+                raise InvalidInput(f"object {here} is given as an append, but is not named rebuildable")
+            body = encode_append(data, index)
+        else:
+            if not isinstance(data, bytes):
+                raise InvalidInput(f"object {here}: its data must be bytes, not {type(data).__name__}")
+            if object_id(data) != oid:
+                raise InvalidInput(f"object {here} does not hash to its id {to_hex(oid)}; the store is corrupt")
+            body = encode_record(data, index, rebuild=rebuild)
         index[oid] = here
         plain += _varint(len(body))
         plain += body

@@ -141,6 +141,16 @@ class _Records:
             return delta[0], delta[1]
         return revision_header(self.canonical(oid, value))
 
+    def stored_append(self, oid: ObjectId) -> tuple[ObjectId, int, list[str], list[ObjectId]] | None:
+        """The append revision `oid` is stored as, if it is stored as a delta (parent, createdAt, entry ids,
+        entry oids): its record's check holds, and its write checked it rebuilds the revision's bytes.
+        None if it is stored whole or absent; `DamagedData` if its record is damaged."""
+        value = self.find(oid)
+        if value is None or value[0] != DELTA:
+            return None
+        parent, created, ids, oids, _size = revisions.parse_delta(oid, value)[1]
+        return parent, created, ids, oids
+
     def revision(self, oid: ObjectId, value: bytes) -> Revision:
         """The revision a stored delta stands for, rebuilt from the checkpoint (or the cached revision)
         its chain leads back to. The caller checks the result by hashing it."""
@@ -212,12 +222,15 @@ class _Records:
         made, levels = revisions.revision_bytes(rebuilt, _REVISIONS.levels_for(parent_oid))
         if made != data:
             return None
-        # Kept with its bytes only if they hash to the id it is written under, as every read checks.
-        _REVISIONS.put(oid, rebuilt, (data, levels) if object_id(data) == oid else None)
+        # Kept with its bytes, and stored as a delta, only if they hash to the id it is written under: a
+        # delta's check then vouches for the revision (`stored_append`), and a whole one is hashed on read.
+        if object_id(data) != oid:
+            return None
+        _REVISIONS.put(oid, rebuilt, (data, levels))
         if closed or depth >= revisions.MAX_CHAIN:
             return None
         depths[oid] = depth + 1
-        return revisions.delta_value(delta, depth + 1)
+        return revisions.delta_value(oid, delta, depth + 1)
 
     def has(self, oid: ObjectId) -> bool:
         return self.record(oid) is not None

@@ -144,7 +144,7 @@ def canonical_size(value: bytes) -> int:
     if codec_byte == codec.RAW:
         return len(value) - 1
     if codec_byte == DELTA:
-        return parse_delta(ObjectId(b"\0" * OID_SIZE), value)[1][4]
+        return parse_delta(ObjectId(b"\0" * OID_SIZE), value, check=False)[1][4]
     frame = value[1:] if codec_byte == codec.ZSTD else value[1 + _DICT_ID_SIZE:]
     try:
         size = zstandard.frame_content_size(bytes(frame[:18]))

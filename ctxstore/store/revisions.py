@@ -3,11 +3,15 @@ with the spine it rebuilds to left out, so recording a conversation one message 
 O(1) bytes per append instead of the tree's right spine.
 
 A revision made by appending entries to its parent is stored as a *delta*: codec byte `DELTA`, its chain
-depth (how many deltas lead back to a revision stored whole), then the canonical CBOR array
-``[parent, createdAt, entryIds, entries, canonicalSize]``. Reading it rebuilds the spine from the
-parent's with `seq.append` (the chunking rule gives one tree whatever the batching), encodes the
-revision and checks the result hashes to the id asked for: a wrong rebuild or a damaged record is an
-error, never silently different bytes. A writer stores a revision whole (a *checkpoint*) when its append
+depth (how many deltas lead back to a revision stored whole), the canonical CBOR array
+``[parent, createdAt, entryIds, entries, canonicalSize]``, then an 8-byte check (the start of the blake3
+of the revision's id and that array). Reading it rebuilds the spine from the parent's with `seq.append`
+(the chunking rule gives one tree whatever the batching), encodes the revision and checks the result
+hashes to the id asked for: a wrong rebuild or a damaged record is an error, never silently different
+bytes. A writer stores a delta only after checking that it rebuilds the exact bytes that hash to the
+id, so a record whose check holds is that revision's append as written: a reader that needs only the
+append (a pack planner sending it rebuildable, a header read) takes it from the record without
+rebuilding. A writer stores a revision whole (a *checkpoint*) when its append
 closed a leaf (its spine is then at its shortest), when the chain would pass `MAX_CHAIN`, or when the
 parent is not at hand; so a read replays at most `MAX_CHAIN` appends. docs/storage.md specifies it.
 
@@ -21,18 +25,25 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import blake3
+
 from ..errors import DamagedData, EncodingError
 from ..format import codec, seq
 from ..format.objects import SPINE_KEY, Revision, SeqNode, fields_before_spine
 from ..ids import OID_SIZE, ObjectId, object_id, to_hex
 
-__all__ = ["DELTA", "MAX_CHAIN", "Delta", "RevisionCache", "checked", "closes_leaf", "delta_of", "delta_value",
-           "may_be_delta", "parse_delta", "rebuild", "revision_bytes"]
+__all__ = ["CHECK_SIZE", "DELTA", "MAX_CHAIN", "Delta", "RevisionCache", "checked", "closes_leaf", "delta_of",
+           "delta_value", "may_be_delta", "parse_delta", "rebuild", "revision_bytes"]
 
 DELTA = 0x03
 """Codec byte of a stored append revision whose spine is rebuilt from its parent's."""
 MAX_CHAIN = 64
 """Most deltas between a stored revision and the checkpoint it rebuilds from (what one read replays)."""
+
+CHECK_SIZE = 8
+"""Bytes of a delta record's check: blake3 of the revision id and the delta's array, cut short (it finds
+damage to the record; the id is what the record is filed under, so a record moved to another id fails
+too)."""
 
 _REVISION_START = b"\xa6dsize"  # an append revision's canonical map (six fields), starting with "size"
 _OP_KEYS = frozenset(("type", "entryIds", "entries"))
@@ -84,20 +95,28 @@ def closes_leaf(delta: Delta) -> bool:
     return any(int.from_bytes(seq.leaf_hash(i, o)[:4], "big") < _CUT for i, o in zip(ids[:-1], oids[:-1], strict=True))
 
 
-def delta_value(delta: Delta, depth: int) -> bytes:
-    """The stored value of a delta `depth` links from its checkpoint (1 to `MAX_CHAIN`)."""
+def _check(oid: bytes, array: bytes) -> bytes:
+    return blake3.blake3(oid + array).digest()[:CHECK_SIZE]
+
+
+def delta_value(oid: ObjectId, delta: Delta, depth: int) -> bytes:
+    """The stored value of revision `oid`'s delta, `depth` links from its checkpoint (1 to `MAX_CHAIN`)."""
     parent, created, ids, oids, size = delta
-    return bytes([DELTA, depth]) + codec.encode([parent, created, ids, oids, size])
+    array = codec.encode([parent, created, ids, oids, size])
+    return bytes([DELTA, depth]) + array + _check(oid, array)
 
 
-def parse_delta(oid: ObjectId, value: bytes) -> tuple[int, Delta]:
-    """The depth and fields of a stored delta; `DamagedData` if the record is damaged."""
+def parse_delta(oid: ObjectId, value: bytes, *, check: bool = True) -> tuple[int, Delta]:
+    """The depth and fields of revision `oid`'s stored delta; `DamagedData` if the record is damaged
+    (malformed, or with `check` its check does not match: the record is not what was written for `oid`)."""
     try:
         depth = value[1]
-        parent, created, ids, oids, size = codec.decode(bytes(value[2:]))
+        array = bytes(value[2:-CHECK_SIZE])
+        parent, created, ids, oids, size = codec.decode(array)
         ok = (1 <= depth <= MAX_CHAIN and type(parent) is bytes and len(parent) == OID_SIZE
-              and type(created) is int and type(ids) is list and type(oids) is list and len(ids) == len(oids)
-              and type(size) is int)
+              and type(created) is int and created >= 0 and type(ids) is list and type(oids) is list
+              and len(ids) == len(oids) and type(size) is int
+              and (not check or _check(oid, array) == value[-CHECK_SIZE:]))
     except (IndexError, ValueError, TypeError, EncodingError):
         ok = False
     if not ok:
