@@ -31,11 +31,13 @@ from ctxstore.errors import (
     StoreError,
 )
 from ctxstore.format.objects import Blob, encode_object
-from ctxstore.ids import ObjectId
+from ctxstore.ids import ObjectId, from_hex
+from ctxstore.pack.plan import pack
 from ctxstore.refs import Refs
 from ctxstore.store import TransactionalStore
 from ctxstore.store.base import maintenance_lock
 from ctxstore.store.blobs import MemoryBucket, blob_key
+from ctxstore.store.memory import MemoryStore
 from ctxstore.store.postgres import SCHEMA, PostgresDatabase, PostgresStore
 from ctxstore.store.postgres.schema import GC_LOCK, lock_key
 from ctxstore.store.testing import FakeClock, StoreConformance, make_object, store_state
@@ -231,6 +233,42 @@ def test_reads_inside_a_transaction_reuse_its_connection(postgres_url: str) -> N
             for _ in range(5):
                 assert store.get(oid) == data and store.has(oid) and len(store) == 1
             txn.set_config("a", b"1")
+
+
+
+def _statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement psycopg sends from now on (a pipeline's statements each count)."""
+    sent: list[str] = []
+    for name in ("execute", "executemany"):
+        original = getattr(psycopg.Cursor, name)
+
+        def counting(self: Any, query: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            sent.append(str(query))
+            return _original(self, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, name, counting)
+    return sent
+
+
+def test_receiving_a_push_costs_the_same_few_statements_however_long_the_conversation(
+        db: PostgresDatabase, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Receiving one appended message runs a fixed handful of statements: the objects the pack refers
+    to are looked up in one statement, not one each (which grew with the conversation)."""
+    client = Repository(MemoryStore())
+    server = Repository(db.create(fresh_name("push")))
+    sent = _statements(monkeypatch)
+    costs: dict[int, int] = {}
+    old: str | None = None
+    for n in range(1, 81):
+        client.append("main", [{"role": "user", "content": f"message {n}"}])
+        new = client.resolve("main")
+        chunks = pack(client.store, [from_hex(new)], [] if old is None else [from_hex(old)])
+        del sent[:]
+        server.unpack(chunks, {"refs/heads/main": (old, new)})
+        costs[n] = len(sent)
+        old = new
+    assert server.resolve("main") == old
+    assert costs[80] == costs[10] <= 9, costs
 
 
 # -- reads -----------------------------------------------------------------------------------------------

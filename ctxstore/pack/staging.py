@@ -9,9 +9,10 @@ one transaction (`ctxstore.repo.receive`; this layer writes into no store).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from ..errors import MissingObject
 from ..format.codec import MAX_OBJECT_SIZE
 from ..format.objects import Object, references
 from ..ids import ObjectId
@@ -93,8 +94,11 @@ def verify_pack(source: PackSource, *, max_object_size: int = MAX_OBJECT_SIZE,
 
     def lookup(oid: ObjectId) -> bytes | None:
         data = staged.get(oid)
-        if data is None and base is not None and base.has(oid):
-            data = base.get(oid)
+        if data is None and base is not None:
+            try:
+                data = base.get(oid)  # one read, not a lookup then a read
+            except MissingObject:
+                return None
         return data
 
     try:
@@ -116,7 +120,7 @@ def missing_references(objects: Mapping[ObjectId, Object] | Mapping[ObjectId, li
     `StagedPack.links` does). The walk follows references through incoming objects only: an object the
     store already holds is taken to come with everything it reaches, as the store keeps that invariant.
     """
-    missing: set[ObjectId] = set()
+    outside: list[ObjectId] = []
     seen: set[ObjectId] = set()
     stack = [ObjectId(h) for h in heads]
     while stack:
@@ -126,9 +130,14 @@ def missing_references(objects: Mapping[ObjectId, Object] | Mapping[ObjectId, li
         seen.add(oid)
         item = objects.get(oid)
         if item is None:
-            if not store.has(oid):
-                missing.add(oid)
+            outside.append(oid)  # the walk stops here: held objects come with what they reach
             continue
         targets = item if isinstance(item, list) else references(item)
         stack.extend(t for t in targets if t not in seen)
-    return missing
+    # One lookup for all of them where the store has one (a database server's: one round trip, not one
+    # per object, while a receiving transaction holds the repository's writer lock).
+    has_many: Callable[[list[ObjectId]], set[ObjectId]] | None = getattr(store, "has_many", None)
+    if has_many is not None and len(outside) > 1:
+        held = has_many(outside)
+        return {oid for oid in outside if oid not in held}
+    return {oid for oid in outside if not store.has(oid)}

@@ -356,6 +356,27 @@ class Transaction:
                 return False
         return self._track("has", oid, self._snap.has(oid))
 
+    def has_many(self, oids: Iterable[ObjectId]) -> set[ObjectId]:
+        """Those of `oids` that are held (counting this transaction's writes): one lookup for all of them
+        where the backend's snapshot has one (`has_many`), else one `has` each."""
+        self._check_open()
+        w = self._writes
+        held: set[ObjectId] = set()
+        ask: list[ObjectId] = []
+        for oid in dict.fromkeys(oids):
+            check_oid(oid)
+            if w is not None and oid in w.objects:
+                held.add(oid)
+            elif w is None or oid not in w.deleted:
+                ask.append(oid)
+        many: Callable[[list[ObjectId]], set[ObjectId]] | None = getattr(self._snap, "has_many", None)
+        if many is None or len(ask) <= 1:
+            held.update(oid for oid in ask if self._track("has", oid, self._snap.has(oid)))
+            return held
+        found = many(ask)
+        held.update(oid for oid in ask if self._track("has", oid, oid in found))
+        return held
+
     def revision_header(self, oid: ObjectId) -> tuple[ObjectId | None, int]:
         """A revision's parent and `createdAt` (`HeaderSource`): from this transaction's own writes, or
         from the backend's cheap header read where its snapshot has one, else from the canonical bytes."""

@@ -158,6 +158,10 @@ class Repositories(Protocol):
         """The tokens kept with the repositories (besides the hub's token file); read on every request."""
         ...
 
+    def tokens_and_open(self, name: str) -> tuple[Sequence[Token], Repository | None]:
+        """`tokens()` and `open(name)` at once, what a request needs first (a database: one statement)."""
+        ...
+
     def close(self) -> None:
         """Release what the repositories hold open."""
         ...
@@ -227,6 +231,9 @@ class RepositoryDirectory:
 
     def tokens(self) -> Sequence[Token]:
         return ()
+
+    def tokens_and_open(self, name: str) -> tuple[Sequence[Token], Repository | None]:
+        return (), self.open(name)
 
     def close(self) -> None:
         with self._lock:
@@ -448,8 +455,9 @@ class _Hub:
     def _tokens(self) -> list[Token]:
         return [*self.settings.tokens, *self.repositories.tokens()]
 
-    async def scope(self, request: Request) -> Scope | None:
-        """The caller's scope (None: anonymous); `_Refused` (401) for a bad credential."""
+    async def scope(self, request: Request, stored: Sequence[Token] | None = None) -> Scope | None:
+        """The caller's scope (None: anonymous); `_Refused` (401) for a bad credential. `stored`: the
+        tokens kept with the repositories, when the request already read them."""
         header = request.headers.get("authorization")
         if header is None:
             return None
@@ -463,6 +471,8 @@ class _Hub:
         # counts at once on every hub serving them. A directory keeps none: no thread needed.
         if type(self.repositories) is RepositoryDirectory:
             tokens = self.settings.tokens
+        elif stored is not None:
+            tokens = [*self.settings.tokens, *stored]
         else:
             tokens = await run_in_threadpool(self._tokens)
         found: Scope | None = None
@@ -474,9 +484,10 @@ class _Hub:
             raise unauthorized
         return found
 
-    async def _check_scope(self, request: Request, need: Scope, what: str) -> None:
+    async def _check_scope(self, request: Request, need: Scope, what: str,
+                           stored: Sequence[Token] | None = None) -> None:
         """Return when the caller may do `what`, which needs scope `need`; else `_Refused` (401 or 403)."""
-        scope = await self.scope(request)
+        scope = await self.scope(request, stored)
         if scope is None:
             if need == "read" and self.settings.allow_anonymous_read:
                 return
@@ -495,11 +506,16 @@ class _Hub:
                                             "<repo>/refs, <repo>/fetch and <repo>/push"))
         settings = self.settings
         try:
-            if op == "push":
-                await self._check_scope(request, "write", "pushing")
+            need: Scope = "write" if op == "push" else "read"
+            what = "pushing" if op == "push" else "reading"
+            if type(self.repositories) is RepositoryDirectory:
+                await self._check_scope(request, need, what)
+                repo = await run_in_threadpool(self.repositories.open, "/".join(parts))
             else:
-                await self._check_scope(request, "read", "reading")
-            repo = await run_in_threadpool(self.repositories.open, "/".join(parts))
+                # Tokens and repository in one look-up (one round trip to a database, one thread hop);
+                # the token is still judged before anything is said about the repository.
+                stored, repo = await run_in_threadpool(self.repositories.tokens_and_open, "/".join(parts))
+                await self._check_scope(request, need, what, stored)
             if repo is None:
                 return _error(404, NotARepository(f"no repository at {'/'.join(parts) or '/'} on this hub"))
             service = Service(repo.store, writable=True, max_push_size=settings.max_push_size,

@@ -97,6 +97,10 @@ class PostgresRepositories:
         except NotARepository:
             return None
 
+    def tokens_and_open(self, name: str) -> tuple[Sequence[Token], Repository | None]:
+        stored, store = self.database.tokens_and_open(name)
+        return [Token(t.name, _scope(t.scope), t.digest) for t in stored], None if store is None else Repository(store)
+
     def create(self, name: str) -> Repository:
         return Repository(self.database.create(check_repository_name(name)))
 

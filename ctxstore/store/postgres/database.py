@@ -112,6 +112,21 @@ class PostgresDatabase:
                                  "create it first")
         return PostgresStore(self, name, repo, clock=clock)
 
+    def tokens_and_open(self, name: str, *, clock: Callable[[], int] | None = None
+                        ) -> tuple[list[StoredToken], PostgresStore | None]:
+        """The hub tokens (as `tokens`) and the repository `name` opened (None if there is none), read in
+        one statement: what a hub needs of the database before it serves a request."""
+        try:
+            check_repository_name(name)
+        except InvalidInput:
+            return self.tokens(), None
+        rows = self.connections.run(f"reading tokens and looking up repository {name}", lambda conn: conn.execute(
+            f"SELECT name, scope, digest, NULL::bigint FROM {SCHEMA}.tokens UNION ALL "
+            f"SELECT NULL, NULL, NULL, id FROM {SCHEMA}.repositories WHERE name = %s", (name,)).fetchall())
+        tokens = sorted(StoredToken(str(n), str(s), bytes(d)) for n, s, d, repo in rows if repo is None)
+        found = [int(repo) for *_, repo in rows if repo is not None]
+        return tokens, PostgresStore(self, name, found[0], clock=clock) if found else None
+
     def _repository_id(self, name: str) -> int | None:
         rows = self.connections.run(f"looking up repository {name}", lambda conn: conn.execute(
             f"SELECT id FROM {SCHEMA}.repositories WHERE name = %s", (name,)).fetchall())

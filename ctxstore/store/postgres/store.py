@@ -183,10 +183,23 @@ class PostgresStore(BatchWrites):
                 rows = conn.execute(f"DELETE FROM {SCHEMA}.objects WHERE repo = %s AND oid = ANY(%s::bytea[]) "
                                     "RETURNING oid, value IS NULL", (repo, gone[start:start + BATCH])).fetchall()
                 in_bucket.extend(ObjectId(bytes(oid)) for oid, bucketed in rows if bucketed)
-        if w.objects:
-            self._write_objects(conn, w, now)
-        for name, target in w.refs.items():
-            self._move_ref(conn, snap, name, target)
+        if len(w.objects) > _COPY_AT:
+            self._write_objects(conn, w, now)  # COPY, which a pipeline cannot carry
+        # The rest goes in one pipeline: its statements travel together and their answers come back
+        # together, one round trip for a push's objects, ref moves and reflog instead of one each. The
+        # compare-and-swaps are checked when it is synced, still before the COMMIT.
+        with conn.pipeline():
+            if w.objects and len(w.objects) <= _COPY_AT:
+                self._write_objects(conn, w, now)
+            checks = [self._move_ref(conn, snap, name, target) for name, target in w.refs.items()]
+            self._write_logs(conn, w)
+        for check in checks:
+            check()
+        return in_bucket
+
+    def _write_logs(self, conn: psycopg.Connection[Any], w: WriteSet) -> None:
+        """A transaction's reflog deletions and appends, and its config."""
+        repo = self.repo
         if w.reflog_cleared:
             conn.execute(f"DELETE FROM {SCHEMA}.reflog WHERE repo = %s AND name = ANY(%s::text[])",
                          (repo, sorted(w.reflog_cleared)))
@@ -200,7 +213,6 @@ class PostgresStore(BatchWrites):
             else:
                 conn.execute(f"INSERT INTO {SCHEMA}.config (repo, key, value) VALUES (%s, %s, %s) "
                              "ON CONFLICT (repo, key) DO UPDATE SET value = EXCLUDED.value", (repo, key, value))
-        return in_bucket
 
     def _write_objects(self, conn: psycopg.Connection[Any], w: WriteSet, now: int) -> None:
         pack = rec.packer(None, 0)
@@ -240,9 +252,11 @@ class PostgresStore(BatchWrites):
                     copy.write_row(row)
             cur.execute(upsert.format(source="ctxstore_stage"), (self.repo, now))
 
-    def _move_ref(self, conn: psycopg.Connection[Any], snap: _Snapshot, name: str, target: ObjectId | None) -> None:
-        """Move one ref as a compare-and-swap against what the transaction read of it (`RefMoved` if it
-        holds something else now); a ref the transaction never read is simply set."""
+    def _move_ref(self, conn: psycopg.Connection[Any], snap: _Snapshot, name: str,
+                  target: ObjectId | None) -> Callable[[], None]:
+        """Send one ref move, as a compare-and-swap against what the transaction read of it; returns the
+        check to call once its answer is in (`RefMoved` if the ref holds something else now). A ref the
+        transaction never read is simply set."""
         repo, table = self.repo, f"{SCHEMA}.refs"
         expected = snap.seen.get(name, _UNREAD)
         if expected is _UNREAD:
@@ -251,25 +265,34 @@ class PostgresStore(BatchWrites):
             else:
                 conn.execute(f"INSERT INTO {table} (repo, name, target) VALUES (%s, %s, %s) "
                              "ON CONFLICT (repo, name) DO UPDATE SET target = EXCLUDED.target", (repo, name, target))
-            return
+            return _nothing
         if expected is None and target is None:
-            ok = conn.execute(f"SELECT 1 FROM {table} WHERE repo = %s AND name = %s", (repo, name)).fetchone() is None
+            cur = conn.execute(f"SELECT 1 FROM {table} WHERE repo = %s AND name = %s", (repo, name))
+            moved: Callable[[], bool] = lambda: cur.rowcount != 0  # noqa: E731
         elif expected is None:
-            ok = conn.execute(f"INSERT INTO {table} (repo, name, target) VALUES (%s, %s, %s) "
-                              "ON CONFLICT (repo, name) DO NOTHING", (repo, name, target)).rowcount == 1
+            cur = conn.execute(f"INSERT INTO {table} (repo, name, target) VALUES (%s, %s, %s) "
+                               "ON CONFLICT (repo, name) DO NOTHING", (repo, name, target))
+            moved = lambda: cur.rowcount != 1  # noqa: E731
         elif target is None:
-            ok = conn.execute(f"DELETE FROM {table} WHERE repo = %s AND name = %s AND target = %s",
-                              (repo, name, expected)).rowcount == 1
+            cur = conn.execute(f"DELETE FROM {table} WHERE repo = %s AND name = %s AND target = %s",
+                               (repo, name, expected))
+            moved = lambda: cur.rowcount != 1  # noqa: E731
         else:
-            ok = conn.execute(f"UPDATE {table} SET target = %s WHERE repo = %s AND name = %s AND target = %s",
-                              (target, repo, name, expected)).rowcount == 1
-        if not ok:
+            cur = conn.execute(f"UPDATE {table} SET target = %s WHERE repo = %s AND name = %s AND target = %s",
+                               (target, repo, name, expected))
+            moved = lambda: cur.rowcount != 1  # noqa: E731
+
+        def check() -> None:
+            if not moved():
+                return
             row = conn.execute(f"SELECT target FROM {table} WHERE repo = %s AND name = %s", (repo, name)).fetchone()
             current = None if row is None else ObjectId(bytes(row[0]))
             raise RefMoved(f"ref {name} of repository {self.name} moved to {_short(current)} since this "
                            f"transaction read it at {_short(expected)}; nothing was written; re-read and retry",
                            ref=name, current=None if current is None else to_hex(current),
                            expected=None if expected is None else to_hex(expected))
+
+        return check
 
     @contextmanager
     def maintenance(self) -> Iterator[None]:
@@ -500,6 +523,10 @@ def _each(call: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
         return [call(item) for item in items]
     with ThreadPoolExecutor(min(_BUCKET_WORKERS, len(items)), thread_name_prefix="ctxstore-bucket") as pool:
         return list(pool.map(call, items))
+
+
+def _nothing() -> None:
+    """The check of a ref move that needs none."""
 
 
 def _short(oid: ObjectId | None) -> str:
