@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 from conftest import assistant, user
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxstore.errors import CtxStoreError, DuplicateEntryId, InvalidInput, UnknownRevision
 from ctxstore.format.objects import BLOB_THRESHOLD, Blob, Entry
@@ -899,3 +901,32 @@ def test_a_chat_turn_takes_the_fast_intake_to_the_same_entry_and_bytes() -> None
         assert fast.blobs == slow.blobs and list(fast.entry.message) == list(message)
 
     check()
+
+
+@settings(max_examples=20, deadline=None)
+@given(bulk=st.integers(60, 300), appended=st.integers(0, 3))
+def test_a_loaded_head_with_a_large_operation_reads_it_again_when_needed(bulk: int, appended: int) -> None:
+    """A history loaded at a bulk import does not keep the import's operation (every entry id) with its
+    head, yet replays, rebases, snapshots and deltas see the operation as recorded."""
+    from ctxstore.ids import from_hex
+    from ctxstore.store.memory import MemoryStore
+
+    made = MessageHistory().extend([user(f"m{i}") for i in range(bulk)])
+    for i in range(appended):
+        made = made.append(user(f"a{i}"))
+    store = MemoryStore()
+    store.put_many(made.workspace.pending())
+    loaded = MessageHistory(source=store, head=made.revision_id)
+    bulk_id = list(made.lineage())[appended]
+    bulk_oid = from_hex(bulk_id)
+    assert loaded.to_snapshot() == made.to_snapshot()
+    assert loaded.changes_since() == made.changes_since()
+    assert loaded.render() == made.render()
+    assert loaded.workspace.revision(bulk_oid).operation == made.workspace.revision(bulk_oid).operation
+    if bulk > 64:
+        assert loaded.workspace.cached(bulk_oid) is None  # kept without its operation
+    replayed = MessageHistory().replay(loaded, bulk_id)
+    assert [m["content"] for m in replayed.render()] == [f"m{i}" for i in range(bulk)]
+    mine = loaded.append(user("mine"))
+    theirs = MessageHistory(source=store, head=made.revision_id).append(user("theirs"))
+    assert [m["content"] for m in mine.rebase_onto(theirs).render()][-2:] == ["theirs", "mine"]

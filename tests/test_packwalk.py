@@ -439,10 +439,15 @@ def test_a_damaged_delta_record_stops_the_pack_with_damaged_data(tmp_path: Any) 
         history = MessageHistory().append({"role": "user", "content": "first"})
         store.put_many(history.workspace.pending())
         base = from_hex(history.revision_id)
-        history = MessageHistory(source=store, head=history.revision_id).append({"role": "user", "content": "x"})
-        store.put_many(history.workspace.pending())
-        head = from_hex(history.revision_id)
         env = store.environment
+        for _ in range(50):  # an append whose random entry id closes a chunk is stored whole: take the next
+            history = MessageHistory(source=store, head=history.revision_id).append({"role": "user", "content": "x"})
+            store.put_many(history.workspace.pending())
+            head = from_hex(history.revision_id)
+            with env.env.begin() as txn:
+                if txn.get(rec.object_key(head), db=env.dbs[rec.OBJECTS])[rec.HEAD_SIZE] == revisions.DELTA:
+                    break
+            base = from_hex(history.revision_id)
         with env.env.begin(write=True) as txn:
             key = rec.object_key(head)
             record = bytearray(txn.get(key, db=env.dbs[rec.OBJECTS]))

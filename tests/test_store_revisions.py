@@ -13,7 +13,7 @@ from ctxstore import MessageHistory
 from ctxstore.errors import CtxStoreError, DamagedData
 from ctxstore.format import codec
 from ctxstore.format.objects import Entry, Revision, parse_object
-from ctxstore.ids import ObjectId, object_id
+from ctxstore.ids import ObjectId, from_hex, object_id
 from ctxstore.store import lmdb as lmdb_store
 from ctxstore.store import records as rec
 from ctxstore.store import revisions
@@ -217,3 +217,67 @@ def test_a_stored_append_is_the_revisions_own_append_and_none_for_a_whole_one(tm
             txn.put(key, bytes(record), db=env.dbs[rec.OBJECTS])
         with store.transaction() as txn, pytest.raises(DamagedData):
             read_stored_append(txn, delta_oid)
+
+
+def _stored_values(store: LmdbStore, oids: list[ObjectId]) -> list[bytes]:
+    env = store.environment
+    with env.env.begin() as txn:
+        return [rec.record_value(txn.get(rec.object_key(oid), db=env.dbs[rec.OBJECTS])) for oid in oids]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(1, 40), min_size=1, max_size=30))
+def test_a_vouched_append_is_stored_exactly_as_the_full_check_stores_it(
+        tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, sizes: list[int]) -> None:
+    """The history vouches for the appends it makes (`revisions.MADE`), so the store skips rebuilding
+    them; what it stores is what rebuilding and checking would have stored, record for record."""
+    taken: list[bool] = []
+    real_take = revisions.MADE.take
+
+    def take(oid: ObjectId, data: bytes) -> object:
+        found = real_take(oid, data)
+        taken.append(found is not None)
+        return found
+
+    history, n, batches, written = MessageHistory(), 0, [], set()
+    for size in sizes:
+        history = history.extend([{"role": "user", "content": f"m{n + j}"} for j in range(size)])
+        n += size
+        batches.append([(o, d) for o, d in history.workspace.pending() if o not in written])
+        written |= {o for o, _ in batches[-1]}
+    oids = [oid for batch in batches for oid, _ in batch]
+    monkeypatch.setattr(revisions.MADE, "take", take)
+    with (LmdbStore(tmp_path_factory.mktemp("vouched"), durable=False, auto_dictionary=False) as vouched,
+          LmdbStore(tmp_path_factory.mktemp("checked"), durable=False, auto_dictionary=False) as checked):
+        for batch in batches:
+            vouched.put_many(batch)  # takes the vouches
+        assert any(taken) or not any(_codec_of(vouched, oid) == DELTA for oid in oids)
+        taken.clear()
+        _forget_cache()
+        for batch in batches:
+            checked.put_many(batch)  # nothing vouched any more: every delta rebuilt and checked
+        assert not any(taken)
+        assert _stored_values(vouched, oids) == _stored_values(checked, oids)
+        _forget_cache()
+        for batch in batches:
+            for oid, data in batch:
+                assert vouched.get(oid) == data
+
+
+def test_bytes_other_than_the_vouched_ones_take_the_full_check(tmp_path: Path) -> None:
+    """A vouch covers exactly the bytes that were hashed to the id: other bytes under that id are
+    rebuilt and checked (here they fail it, are stored whole, and a read refuses them)."""
+    base = MessageHistory().append({"role": "user", "content": "base"})
+    one = base.append({"role": "user", "content": "one"})
+    two = base.append({"role": "user", "content": "two"})
+    one_oid, two_oid = from_hex(one.revision_id), from_hex(two.revision_id)
+    pending = dict(base.workspace.pending())  # the three share one workspace
+    two_data = pending.pop(two_oid)
+    del pending[one_oid]
+    with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
+        store.put_many(pending.items())
+        store.put_many([(one_oid, two_data)])  # the sibling's bytes under the vouched id
+        assert _codec_of(store, one_oid) != DELTA
+        _forget_cache()
+        with pytest.raises(DamagedData):
+            store.get(one_oid)

@@ -33,7 +33,7 @@ def readable_revision(ws: Workspace, text: Any) -> ObjectId | None:
     """The id spelled by hex `text` if it names a revision `ws` can read, else None."""
     try:
         oid = from_hex(text)
-        ws.revision(oid)
+        ws.revision(oid, operation=False)
     except DamagedData:
         raise  # the object is there but its stored bytes are damaged: say so, do not call it unknown
     except (InvalidInput, MissingObject, InvalidObject):
@@ -236,7 +236,7 @@ class Graph:
         yield from _operation_entries(ws, rev)
         # Items its tree holds that its parent's does not (leaves that differ: a superset); those it
         # shares are introduced by an ancestor already, and `introduce` drops them again.
-        parent = [ws.revision(rev.parent, keep=False).seq] if rev.parent is not None else []
+        parent = [ws.revision(rev.parent, keep=False, operation=False).seq] if rev.parent is not None else []
         for leaf in seq.diff([rev.seq], parent, ws.node).a_leaves:
             for entry_id, entry_oid in leaf.items:
                 if entry_oid is not None:

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import DuplicateEntryId, InvalidInput, UnknownRevision
 from ..format import seq
 from ..format.codec import now_ms
-from ..format.objects import Revision
+from ..format.objects import Revision, SeqNode
 from ..ids import ObjectId, to_hex
 from ..store.base import ObjectSource
 from .budget import estimate_tokens
@@ -87,7 +87,12 @@ class MessageHistory:
         return f"<MessageHistory {self.revision_id[:12]} size={self.size}>"
 
     def _revision(self, oid: ObjectId | None = None) -> Revision:
-        return self._ws.revision(self._head if oid is None else oid)
+        """A revision's spine, size, parent and time (its operation may be left unread: `_operation`)."""
+        return self._ws.revision(self._head if oid is None else oid, operation=False)
+
+    def _operation(self, oid: ObjectId) -> Revision:
+        """A revision with its operation."""
+        return self._ws.revision(oid)
 
     def _items(self, revision: ObjectId | None = None) -> list[Item]:
         rev = self._revision(revision)
@@ -157,9 +162,10 @@ class MessageHistory:
     # -- writing -------------------------------------------------------------------------------
     def _new_revision(self, operation: dict[str, Any] | None, root: seq.Spine, size: int,
                       created_at: int | None = None,
-                      pinned: Iterable[tuple[str, ObjectId]] = ()) -> MessageHistory:
+                      pinned: Iterable[tuple[str, ObjectId]] = (), closed: bool | None = None) -> MessageHistory:
+        """A revision onto the head; `closed` only for an append by the rule (whether it closed a node)."""
         rev = Revision(self._head, now_ms() if created_at is None else created_at, operation, root, size)
-        oid = self._ws.put(rev)
+        oid = self._ws.put(rev) if closed is None else self._ws.put_append(rev, closed)
         self._graph.record(oid, rev, pinned)
         return self._advance(oid)
 
@@ -173,9 +179,15 @@ class MessageHistory:
 
     def _append_made(self, made: list[tuple[str, ObjectId]], created_at: int | None = None) -> MessageHistory:
         rev = self._revision()
-        root = seq.append(rev.seq, [[i, o] for i, o in made], self._ws.put)
+        ws, puts = self._ws, []
+
+        def put(node: SeqNode) -> ObjectId:
+            puts.append(node)
+            return ws.put(node)
+
+        root = seq.append(rev.seq, [[i, o] for i, o in made], put)
         op = {"type": "append", "entryIds": [i for i, _ in made], "entries": [o for _, o in made]}
-        return self._new_revision(op, root, rev.size + len(made), created_at)
+        return self._new_revision(op, root, rev.size + len(made), created_at, closed=bool(puts))
 
     def edit(self, patches: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
              created_at: int | None = None) -> MessageHistory:
@@ -255,7 +267,7 @@ class MessageHistory:
                 conflicts: Mapping[str, set[ObjectId]] | None) -> MessageHistory:
         """`replay` of revision `found`; with `conflicts` (id -> entries), an appended id is checked against
         those alone instead of this whole graph (what a rebase knows suffices, see `rebase_onto`)."""
-        rev = other._revision(found)
+        rev = other._operation(found)
         op = rev.operation
         if op is None:
             return self
@@ -311,7 +323,7 @@ class MessageHistory:
         conflicts = onto._graph.introduced(theirs)
         result = onto
         for oid in reversed(mine):
-            if _replaces_absent_sources(self._revision(oid).operation, result):
+            if _replaces_absent_sources(self._operation(oid).operation, result):
                 continue
             result = result._replay(self, oid, conflicts)
         return result

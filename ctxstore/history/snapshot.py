@@ -143,7 +143,7 @@ def _known_revision(graph: Graph, text: Any, what: str) -> ObjectId:
 
 def _changed_items(ws: Workspace, rev: Revision) -> set[str]:
     """Ids in the leaves of `rev`'s tree that its parent's tree lacks (a superset of what it added)."""
-    parent = [ws.revision(rev.parent).seq] if rev.parent is not None else []
+    parent = [ws.revision(rev.parent, operation=False).seq] if rev.parent is not None else []
     changed = seq.diff([rev.seq], parent, ws.node)
     return {entry_id for leaf in changed.a_leaves for entry_id, _ in leaf.items}
 
@@ -166,9 +166,9 @@ def delta_of(graph: Graph, head: ObjectId, base: str | None) -> dict[str, Any]:
             delta = head_chain[:cut]
     wanted: set[str] = set()
     for oid in delta:
-        wanted |= _changed_items(ws, ws.revision(oid))
+        wanted |= _changed_items(ws, ws.revision(oid, operation=False))
     for oid in base_chain:
-        wanted -= _changed_items(ws, ws.revision(oid))
+        wanted -= _changed_items(ws, ws.revision(oid, operation=False))
         if not wanted:
             break
     entries: dict[ObjectId, None] = {}
@@ -354,7 +354,7 @@ def load_into(graph: Graph, data: Mapping[str, Any], *, fresh: bool) -> tuple[Gr
             if parent is None:
                 parent = _known_revision(graph, parent_text, f"parent of revision {record['id']!r}")
             parents.add(parent)
-            parent_items = list(seq.iter_items(ws.revision(parent).seq, ws.node))
+            parent_items = list(seq.iter_items(ws.revision(parent, operation=False).seq, ws.node))
         operation, items = _stored_operation(loading, record.get("operation"), parent_items, record, ids)
         if items is None or [i for i, _ in items] != ids:
             # No operation, or one whose result is not the recorded view: the view as recorded.
@@ -363,7 +363,7 @@ def load_into(graph: Graph, data: Mapping[str, Any], *, fresh: bool) -> tuple[Gr
         if parent is None:
             root = seq.build([[i, o] for i, o in items], ws.put)
         else:
-            root = respliced(ws.revision(parent).seq, parent_items, items, ws)
+            root = respliced(ws.revision(parent, operation=False).seq, parent_items, items, ws)
         rev = Revision(parent, created, operation, root, len(ids))
         try:
             oid = ws.put(rev)

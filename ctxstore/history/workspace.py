@@ -26,6 +26,7 @@ first placed), so no history keeps or copies an index of its own.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -42,10 +43,15 @@ from ..format.objects import (
 from ..format.seq import SpineBytes, encode_node, encode_revision, spine_bytes
 from ..ids import ObjectId, object_id, to_hex
 from ..store.base import ObjectSource, read_revision_header
+from ..store.revisions import MADE
 
 __all__ = ["Workspace"]
 
 _CACHE_LIMIT = 200_000
+_LIGHT_ABOVE = 64
+"""A revision read from the source whose operation names more entries than this is kept without it:
+a bulk import's lists every entry id and oid (15 MB for 100,000), which only a replay, a snapshot or an
+index walk reads, and they read it again from the source."""
 _BATCH = 4096
 """Objects `read_many` reads under one read transaction (a reader held longer pins old pages)."""
 
@@ -71,11 +77,13 @@ class Workspace:
         self._jump: dict[ObjectId, ObjectId] = {}
         # The last revision's spine levels with their encoded items: an append keeps most of them.
         self._last_spine: SpineBytes | None = None
+        # Revisions cached without their operation (`_LIGHT_ABOVE`); `revision` reads it again.
+        self._light: set[ObjectId] = set()
 
     # -- objects -------------------------------------------------------------------------------
     def get(self, oid: ObjectId) -> Object:
         obj = self._decoded.get(oid)
-        if obj is not None:
+        if obj is not None and oid not in self._light:
             return obj
         data = self._pending.get(oid)
         if data is None:
@@ -83,9 +91,14 @@ class Workspace:
                 raise MissingObject(f"object {to_hex(oid)} is not in this history")
             data = self.source.get(oid)
         obj = parse_object(data, trusted=True)
-        if self._last_spine is None and type(obj) is Revision:
-            # The head a history is loaded at: its next append re-encodes only the levels it changes.
-            self._last_spine = spine_bytes(obj, data)
+        if type(obj) is Revision:
+            if self._last_spine is None:
+                # The head a history is loaded at: its next append re-encodes only the levels it changes.
+                self._last_spine = spine_bytes(obj, data)
+            if oid not in self._pending and _named(obj.operation) > _LIGHT_ABOVE:
+                self._remember(oid, dataclasses.replace(obj, operation=_UNREAD))
+                self._light.add(oid)
+                return obj
         self._remember(oid, obj)
         return obj
 
@@ -129,7 +142,7 @@ class Workspace:
 
     def cached(self, oid: ObjectId) -> Object | None:
         """The object if it is already decoded here (made or read), without reading anything."""
-        return self._decoded.get(oid)
+        return None if oid in self._light else self._decoded.get(oid)
 
     def raw(self, oid: ObjectId) -> bytes:
         data = self._pending.get(oid)
@@ -156,6 +169,19 @@ class Workspace:
         oid, data = encode_object(obj)
         return self.put_encoded(oid, data, obj)
 
+    def put_append(self, rev: Revision, closed: bool) -> ObjectId:
+        """Add an append revision made by the rule (`seq.append` of its operation's entries onto its
+        parent's spine; `closed`: whether that closed a node). One that closed none is vouched for to
+        the stores of this process (`revisions.MADE`), which then store its delta without rebuilding it."""
+        encoded = encode_revision(rev, self._last_spine)
+        if encoded is None:
+            return self.put(rev)
+        data, self._last_spine = encoded
+        oid = object_id(data)
+        if not closed and oid not in self._decoded:
+            MADE.vouch(oid, data, rev, self._last_spine)
+        return self.put_encoded(oid, data, rev)
+
     def put_encoded(self, oid: ObjectId, data: bytes, obj: Object) -> ObjectId:
         """Add an object whose id and canonical bytes the caller has already computed."""
         if oid not in self._decoded:
@@ -172,6 +198,7 @@ class Workspace:
         if len(self._decoded) >= _CACHE_LIMIT:
             for key in list(self._decoded)[: _CACHE_LIMIT // 2]:
                 del self._decoded[key]
+                self._light.discard(key)
         self._decoded[oid] = obj
 
     def pending(self) -> list[tuple[ObjectId, bytes]]:
@@ -184,11 +211,16 @@ class Workspace:
             self._pending.pop(oid, None)
 
     # -- typed reads ---------------------------------------------------------------------------
-    def revision(self, oid: ObjectId, *, keep: bool = True) -> Revision:
+    def revision(self, oid: ObjectId, *, keep: bool = True, operation: bool = True) -> Revision:
         """A revision; `keep=False` for a walk that reads each of many once: it is not cached (a revision
-        holds its spine, so keeping thousands costs memory and garbage-collector time)."""
+        holds its spine, so keeping thousands costs memory and garbage-collector time).
+
+        `operation=False` is for a caller that reads every field but the operation (the spine, size,
+        parent, time): it may get the revision as cached without a large operation (`_LIGHT_ABOVE`),
+        whose `operation` is then a placeholder. Otherwise the operation is read again from the source.
+        """
         obj = self._decoded.get(oid)
-        if obj is None:
+        if obj is None or (operation and oid in self._light):
             obj = self.get(oid) if keep else parse_object(self.raw(oid), trusted=True)
         if not isinstance(obj, Revision):
             raise InvalidObject(f"object {to_hex(oid)} is a {type(obj).__name__.lower()}, not a revision")
@@ -289,3 +321,15 @@ class Workspace:
     def introductions(self, entry_id: str) -> list[tuple[ObjectId, ObjectId]]:
         """(revision, entry oid) for each recorded introduction of `entry_id`, oldest first."""
         return self._introduced.get(entry_id, [])
+
+
+_UNREAD: dict[str, Any] = {"type": "unread"}
+"""The operation of a revision cached without it (never a valid operation, so never mistaken for one)."""
+
+
+def _named(operation: dict[str, Any] | None) -> int:
+    """How many entries an operation lists (what keeping it costs, roughly)."""
+    if operation is None:
+        return 0
+    ids = operation.get("entryIds")
+    return len(ids) if type(ids) is list else 0

@@ -186,6 +186,9 @@ class _Records:
         Whole when its append closed a leaf (a checkpoint at the spine's shortest), when the chain would
         pass `MAX_CHAIN`, when the parent is not at hand, or when the rule does not rebuild its bytes.
         """
+        vouched = revisions.MADE.take(oid, data)
+        if vouched is not None:
+            return self._made_delta(oid, data, vouched, depths)
         delta = revisions.delta_of(data)
         if delta is None:
             return None
@@ -228,6 +231,27 @@ class _Records:
             return None
         _REVISIONS.put(oid, rebuilt, (data, levels))
         if closed or depth >= revisions.MAX_CHAIN:
+            return None
+        depths[oid] = depth + 1
+        return revisions.delta_value(oid, delta, depth + 1)
+
+    def _made_delta(self, oid: ObjectId, data: bytes,
+                    made: tuple[revisions.Delta, Revision, seq.SpineBytes | None],
+                    depths: dict[ObjectId, int]) -> bytes | None:
+        """`delta_value` of an append this process made and vouched for (`revisions.MADE`): its bytes are
+        the rule's rebuild from its parent and hash to `oid`, so only the chain depth is left to find."""
+        delta, rev, levels = made
+        depths[oid] = 0
+        if revisions.closes_leaf(delta):
+            return None
+        depth = depths.get(delta[0])
+        if depth is None:
+            held = self.find(delta[0])
+            if held is None:
+                return None
+            depth = held[1] if held[0] == DELTA else 0
+        _REVISIONS.put(oid, rev, (data, levels))  # vouched: `data` hashes to `oid`
+        if depth >= revisions.MAX_CHAIN:
             return None
         depths[oid] = depth + 1
         return revisions.delta_value(oid, delta, depth + 1)

@@ -9,11 +9,13 @@ of the revision's id and that array). Reading it rebuilds the spine from the par
 (the chunking rule gives one tree whatever the batching), encodes the revision and checks the result
 hashes to the id asked for: a wrong rebuild or a damaged record is an error, never silently different
 bytes. A writer stores a delta only after checking that it rebuilds the exact bytes that hash to the
-id, so a record whose check holds is that revision's append as written: a reader that needs only the
-append (a pack planner sending it rebuildable, a header read) takes it from the record without
-rebuilding. A writer stores a revision whole (a *checkpoint*) when its append
-closed a leaf (its spine is then at its shortest), when the chain would pass `MAX_CHAIN`, or when the
-parent is not at hand; so a read replays at most `MAX_CHAIN` appends. docs/storage.md specifies it.
+id (for an append this process's history made by the rule and hashed itself, `MADE`, that rebuild is
+the history's own, and the writer compares the bytes instead of repeating it), so a record whose check
+holds is that revision's append as written: a reader that needs only the append (a pack planner sending
+it rebuildable, a header read) takes it from the record without rebuilding. A writer stores a revision
+whole (a *checkpoint*) when its append closed a leaf (its spine is then at its shortest), when the
+chain would pass `MAX_CHAIN`, or when the parent is not at hand; so a read replays at most `MAX_CHAIN`
+appends. docs/storage.md specifies it.
 
 Pure functions over bytes and parsed revisions, and a bounded cache of rebuilt revisions shared by the
 stores of a process (ids are content hashes, so an entry can never go stale).
@@ -32,8 +34,8 @@ from ..format import codec, seq
 from ..format.objects import SPINE_KEY, Revision, SeqNode, fields_before_spine
 from ..ids import OID_SIZE, ObjectId, object_id, to_hex
 
-__all__ = ["CHECK_SIZE", "DELTA", "MAX_CHAIN", "Delta", "RevisionCache", "checked", "closes_leaf", "delta_of",
-           "delta_value", "may_be_delta", "parse_delta", "rebuild", "revision_bytes"]
+__all__ = ["CHECK_SIZE", "DELTA", "MADE", "MAX_CHAIN", "Delta", "MadeAppends", "RevisionCache", "checked",
+           "closes_leaf", "delta_of", "delta_value", "may_be_delta", "parse_delta", "rebuild", "revision_bytes"]
 
 DELTA = 0x03
 """Codec byte of a stored append revision whose spine is rebuilt from its parent's."""
@@ -75,11 +77,15 @@ def delta_of(data: bytes) -> Delta | None:
     if type(op) is not dict or op.keys() != _OP_KEYS or op["type"] != "append":
         return None
     ids, oids = op["entryIds"], op["entries"]
-    if (type(ids) is not list or type(oids) is not list or len(ids) != len(oids) or not ids
-            or not all(type(i) is str for i in ids)
-            or not all(type(o) is bytes and len(o) == OID_SIZE for o in oids)):
+    if not _appended(ids, oids):
         return None
     return ObjectId(parent), created, ids, [ObjectId(o) for o in oids], len(data)
+
+
+def _appended(ids: Any, oids: Any) -> bool:
+    """Whether an append's lists have a delta's shape: as many entry ids (text) as oids, at least one."""
+    return (type(ids) is list and type(oids) is list and len(ids) == len(oids) and bool(ids)
+            and all(type(i) is str for i in ids) and all(type(o) is bytes and len(o) == OID_SIZE for o in oids))
 
 
 _CUT = 2**32 // seq.LEAF_TARGET
@@ -208,3 +214,49 @@ class RevisionCache:
                 recent[oid] = encoded
                 if encoded[1] is not None:
                     self._last = encoded[1]
+
+
+class MadeAppends:
+    """Append revisions this process made by the rule, whose bytes it hashed to their ids: what a
+    store's delta check would recompute, handed to it instead (bounded; each is taken once).
+
+    A vouch says: `data` is the canonical encoding of `revision`, made by `seq.append` of the
+    operation's entries onto the spine of its parent (the revision stored under `revision.parent`),
+    `object_id(data)` is `oid`, and no node closed (the append left every level but the leaf's open).
+    That is what `rebuild` and `checked` establish for a delta, so a store writing exactly these bytes
+    under `oid` may store the delta without rebuilding it; any other bytes, or an id not vouched for,
+    take the full check. Only the history's own append (`Workspace.put_append`) vouches.
+    """
+
+    def __init__(self, limit: int = 256) -> None:
+        self._limit = limit
+        self._made: dict[ObjectId, tuple[bytes, Revision, seq.SpineBytes | None]] = {}
+        self._lock = threading.Lock()
+
+    def vouch(self, oid: ObjectId, data: bytes, revision: Revision, levels: seq.SpineBytes | None) -> None:
+        """Note an append revision made by the rule onto its parent, with no node closed (see above)."""
+        with self._lock:
+            made = self._made
+            if len(made) >= self._limit:
+                for old in list(made)[: self._limit // 2]:
+                    del made[old]
+            made[oid] = (data, revision, levels)
+
+    def take(self, oid: ObjectId, data: bytes) -> tuple[Delta, Revision, seq.SpineBytes | None] | None:
+        """The delta of revision `oid` if it was vouched for with exactly `data` (then forgotten), else None."""
+        with self._lock:
+            found = self._made.pop(oid, None)
+        if found is None or found[0] != data:
+            return None
+        _data, rev, levels = found
+        op, parent, created = rev.operation, rev.parent, rev.created_at
+        # The shape `delta_of` would find in the bytes (a revision it would store whole stays whole).
+        if (type(parent) is not bytes or len(parent) != OID_SIZE or type(created) is not int or created < 0
+                or type(op) is not dict or op.keys() != _OP_KEYS or op["type"] != "append"
+                or not _appended(op["entryIds"], op["entries"])):
+            return None
+        return (ObjectId(parent), created, op["entryIds"], op["entries"], len(data)), rev, levels
+
+
+MADE = MadeAppends()
+"""The appends this process's histories made, for its stores' delta check."""
