@@ -12,7 +12,7 @@ import blake3
 
 from .errors import InvalidInput
 
-__all__ = ["OID_SIZE", "HexId", "ObjectId", "from_hex", "hex_or_none", "object_id", "short_hex", "to_hex"]
+__all__ = ["OID_SIZE", "HexId", "ObjectId", "from_hex", "hex_or_none", "is_oid", "object_id", "short_hex", "to_hex"]
 
 ObjectId = NewType("ObjectId", bytes)
 """A raw 32-byte blake3-256 digest of an object's canonical bytes (storage and object fields)."""
@@ -21,6 +21,11 @@ HexId = NewType("HexId", str)
 """The public spelling of an object id: 64 lowercase hex digits."""
 
 OID_SIZE = 32
+
+
+def is_oid(value: object) -> bool:
+    """Whether `value` is a raw object id: exactly `OID_SIZE` bytes (a `bytes`, not a subclass or view)."""
+    return type(value) is bytes and len(value) == OID_SIZE
 
 
 def object_id(data: bytes) -> ObjectId:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
@@ -302,6 +303,30 @@ def _unavailable(why: str) -> None:
     pytest.skip(why)
 
 
+@contextlib.contextmanager
+def _service(kind: str, what: str) -> Iterator[Any]:
+    """A `tools/services.py` server of `kind` ("postgres" or "s3") in a fresh directory under /tmp, stopped
+    and removed afterwards; skipped (failed under $CI) where it cannot run or does not start."""
+    services = _services()
+    why = services.have_postgres() if kind == "postgres" else services.have_s3()
+    if why is not None:
+        _unavailable(why)
+    # Under /tmp, not pytest's tmp_path: the postgres user must be able to reach the directory.
+    root = Path(tempfile.mkdtemp(prefix=f"ctxstore-{kind}-"))
+    if kind == "postgres":
+        root.chmod(0o755)
+    try:
+        service = (services.start_postgres if kind == "postgres" else services.start_s3)(root / kind)
+    except services.ServiceError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        _unavailable(f"{what} did not start: {exc}")
+    try:
+        yield service
+    finally:
+        service.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @dataclass(frozen=True)
 class S3Endpoint:
     """An S3-compatible server for the tests: its URL and the key and secret it accepts."""
@@ -319,23 +344,8 @@ def postgres_url() -> Iterator[str]:
     if url:
         yield url
         return
-    services = _services()
-    why = services.have_postgres()
-    if why is not None:
-        _unavailable(why)
-    # Under /tmp, not pytest's tmp_path: the postgres user must be able to reach the directory.
-    root = Path(tempfile.mkdtemp(prefix="ctxstore-pg-"))
-    root.chmod(0o755)
-    try:
-        service = services.start_postgres(root / "pg")
-    except services.ServiceError as exc:
-        shutil.rmtree(root, ignore_errors=True)
-        _unavailable(f"PostgreSQL did not start: {exc}")
-    try:
+    with _service("postgres", "PostgreSQL") as service:
         yield service.url
-    finally:
-        service.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -346,18 +356,5 @@ def s3_endpoint() -> Iterator[S3Endpoint]:
     if url:
         yield S3Endpoint(url, os.environ.get("CTXSTORE_TEST_S3_KEY", ""), os.environ.get("CTXSTORE_TEST_S3_SECRET", ""))
         return
-    services = _services()
-    why = services.have_s3()
-    if why is not None:
-        _unavailable(why)
-    root = Path(tempfile.mkdtemp(prefix="ctxstore-s3-"))
-    try:
-        service = services.start_s3(root / "s3")
-    except services.ServiceError as exc:
-        shutil.rmtree(root, ignore_errors=True)
-        _unavailable(f"SeaweedFS did not start: {exc}")
-    try:
+    with _service("s3", "SeaweedFS") as service:
         yield S3Endpoint(service.url, service.env["CTXSTORE_TEST_S3_KEY"], service.env["CTXSTORE_TEST_S3_SECRET"])
-    finally:
-        service.stop()
-        shutil.rmtree(root, ignore_errors=True)

@@ -24,7 +24,7 @@ from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.memory import Session, SessionSettings, SQLiteSession
 from agents.models.interface import Model, ModelTracing
 from agents.usage import Usage
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
@@ -563,19 +563,24 @@ def _init(path: Path) -> None:
     assert CliRunner().invoke(cli, ["init", str(path)]).exit_code == 0
 
 
+def _import(repo_dir: str, kind: str, path: Path, *options: str) -> Result:
+    """`ctxstore --repo <repo_dir> import [options] --from <kind> <path>`."""
+    return CliRunner().invoke(cli, ["--repo", repo_dir, "import", *options, "--from", kind, str(path)])
+
+
 def test_cli_import_from_openai_agents_sqlite(tmp_path: Path):
     db = tmp_path / "agents.db"
     made = _sdk_database(db)
     _init(tmp_path)
     repo_dir = str(tmp_path / ".ctxstore")
     runner = CliRunner()
-    done = runner.invoke(cli, ["--repo", repo_dir, "import", "--from", "openai-agents-sqlite", str(db)])
+    done = _import(repo_dir, "openai-agents-sqlite", db)
     assert done.exit_code == 0, done.output
     report = json.loads(done.stdout)
     assert report["from"] == "openai-agents-sqlite" and report["moved"] == 3
     assert {r["ref"] for r in report["refs"]} == {session_ref(s) for s in made}
     assert f"{session_ref('alice')}: new at " in done.stderr
-    again = runner.invoke(cli, ["--repo", repo_dir, "import", "--from", "openai-agents-sqlite", str(db)])
+    again = _import(repo_dir, "openai-agents-sqlite", db)
     assert again.exit_code == 0 and json.loads(again.stdout)["moved"] == 0
     assert "nothing new" in again.stderr
     shown = runner.invoke(cli, ["--repo", repo_dir, "render", "openai-agents/alice"])
@@ -584,9 +589,9 @@ def test_cli_import_from_openai_agents_sqlite(tmp_path: Path):
     session = CtxStoreSession.from_path("alice", repo_dir)
     run(session.add_items([{"role": "user", "content": "went on in ctxstore"}]))
     session.close()
-    refused = runner.invoke(cli, ["--repo", repo_dir, "import", "--from", "openai-agents-sqlite", str(db)])
+    refused = _import(repo_dir, "openai-agents-sqlite", db)
     assert refused.exit_code == 4 and "went on in ctxstore" in refused.stderr
-    forced = runner.invoke(cli, ["--repo", repo_dir, "import", "--force", "--from", "openai-agents-sqlite", str(db)])
+    forced = _import(repo_dir, "openai-agents-sqlite", db, "--force")
     assert forced.exit_code == 0 and json.loads(forced.stdout)["moved"] == 1
     assert json.loads(runner.invoke(cli, ["--repo", repo_dir, "render", "openai-agents/alice"]).stdout) == made["alice"]
 
@@ -643,21 +648,20 @@ def test_cli_import_from_langgraph_sqlite(tmp_path: Path):
             graph.invoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": thread}})
     _init(tmp_path)
     repo_dir = str(tmp_path / ".ctxstore")
-    runner = CliRunner()
-    done = runner.invoke(cli, ["--repo", repo_dir, "import", "--from", "langgraph-sqlite", str(db)])
+    done = _import(repo_dir, "langgraph-sqlite", db)
     assert done.exit_code == 0, done.output
     report = json.loads(done.stdout)
     assert report["from"] == "langgraph-sqlite" and report["moved"] >= 2
     assert any("langgraph/t1" in r["ref"] for r in report["refs"])
-    again = runner.invoke(cli, ["--repo", repo_dir, "import", "--from", "langgraph-sqlite", str(db)])
+    again = _import(repo_dir, "langgraph-sqlite", db)
     assert again.exit_code == 0 and json.loads(again.stdout)["moved"] == 0, again.output
-    wrong = runner.invoke(cli, ["--repo", repo_dir, "import", "--from", "langgraph-sqlite", str(tmp_path / "no.db")])
+    wrong = _import(repo_dir, "langgraph-sqlite", tmp_path / "no.db")
     assert wrong.exit_code == 3
     notes = tmp_path / "notes.txt"
     notes.write_text("not a database")
-    wrong = runner.invoke(cli, ["--repo", repo_dir, "import", "--from", "langgraph-sqlite", str(notes)])
+    wrong = _import(repo_dir, "langgraph-sqlite", notes)
     assert wrong.exit_code == 2 and "notes.txt" in wrong.stderr, wrong.output
-    forced = runner.invoke(cli, ["--repo", repo_dir, "import", "--force", "--from", "langgraph-sqlite", str(db)])
+    forced = _import(repo_dir, "langgraph-sqlite", db, "--force")
     assert forced.exit_code == 2 and "--force is not used" in forced.stderr
 
 

@@ -57,6 +57,17 @@ def test_open_without_a_repository_is_not_a_repository(tmp_path: Path) -> None:
         Repository.open(tmp_path / "plain")
 
 
+def test_open_with_create_makes_a_repository_once_and_then_opens_it(tmp_path: Path) -> None:
+    made = Repository.open(tmp_path / "r", create=True)
+    made.append("main", [msg("kept")])
+    made.close()
+    again = Repository.open(tmp_path / "r", create=True)  # opens, does not make a new one
+    assert [m["content"] for m in again.history("main").render()] == ["kept"]
+    again.close()
+    with pytest.raises(NotARepository):
+        Repository.open(tmp_path / "absent", create=True, readonly=True)  # a reader never makes one
+
+
 def test_reopened_repository_keeps_refs_and_histories(tmp_path: Path) -> None:
     with Repository.init(tmp_path / "r", durable=False) as repo:
         repo.commit("main", repo.history("main").extend([msg("a"), msg("b", "assistant")]))

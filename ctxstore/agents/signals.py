@@ -85,17 +85,19 @@ class Signal(Generic[T]):
 def _takes_two(callback: Callable[..., Any]) -> bool:
     """Whether `callback` can be called with (value, previous)."""
     try:
-        inspect.signature(callback).bind(None, None)
-    except TypeError:
-        return False
-    except ValueError:  # no signature to read (some builtins): call it with the value only
+        signature = inspect.signature(callback)
+    except (TypeError, ValueError):  # no signature to read (some builtins): call it with the value only
         return False
     try:
-        inspect.signature(callback).bind(None)
+        signature.bind(None, None)
+    except TypeError:
+        return False
+    try:
+        signature.bind(None)
     except TypeError:
         return True
     # Both work (a default or *args): pass `previous` only to an explicit second positional parameter.
-    params = [p for p in inspect.signature(callback).parameters.values()
+    params = [p for p in signature.parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return len(params) >= 2
 

@@ -6,7 +6,6 @@ import re
 
 import click
 
-from ..interop.browse import conversations, grep
 from ._common import EXIT_NOT_FOUND, Context, emit, fail, reporting
 from ._pretty import console, fmt_time, human_size, want_pretty
 
@@ -41,6 +40,8 @@ def ls(state: Context, specs: tuple[str, ...], sort: str, reverse: bool, as_json
     """
     repo = state.repo()
     with reporting():
+        from ..interop.browse import conversations
+
         found = sorted(conversations(repo, specs), key=_SORTS[sort], reverse=reverse)
     if not want_pretty(as_json, pretty):
         emit(found)
@@ -76,6 +77,8 @@ def grep_(state: Context, pattern: str, specs: tuple[str, ...], ignore_case: boo
     """
     repo = state.repo()
     with reporting():
+        from ..interop.browse import grep
+
         found = list(grep(repo, pattern, specs, ignore_case=ignore_case, fixed=fixed,
                           fields=fields or ("text", "tool", "meta")))
     if want_pretty(as_json, pretty):

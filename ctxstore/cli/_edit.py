@@ -18,7 +18,7 @@ import click
 from ..errors import InvalidInput
 from ..history.entry import MessageHistoryEntry
 from ..history.intake import check_patch
-from ..history.patches import apply_patch
+from ..history.patches import TARGETED, apply_patch
 from ..ids import ObjectId
 from ..interop.messages import check_message, check_messages, message_of
 from ..interop.source import json_lines, parse_json
@@ -27,7 +27,6 @@ from ._resolve import match_ref
 
 __all__ = ["edit"]
 
-_TARGETED_ENTRIES = ("replace", "split", "insertBefore", "insertAfter")
 
 
 def parse_patches(text: str) -> list[dict[str, Any]]:
@@ -61,7 +60,7 @@ def parse_patches(text: str) -> list[dict[str, Any]]:
 
 def _inputs(patch: Mapping[str, Any]) -> list[Any]:
     """The entry inputs a patch brings (what becomes new entries)."""
-    if patch["op"] in _TARGETED_ENTRIES:
+    if patch["op"] in TARGETED:
         return list(patch["entries"])
     if patch["op"] == "summary":
         return [patch["entry"]]
@@ -99,7 +98,7 @@ def absent_entries(view_ids: Sequence[str], patches: Sequence[Mapping[str, Any]]
             names[token] = given if isinstance(given, str) else f"\0new {number}:{k}"
             tokens.append(token)
         stored = dict(patch)
-        if patch["op"] in _TARGETED_ENTRIES:
+        if patch["op"] in TARGETED:
             stored["entries"] = tokens
         elif patch["op"] == "summary":
             stored["entry"] = tokens[0]

@@ -13,7 +13,6 @@ from ..errors import UnknownRevision
 from ..format.objects import Entry, Revision, parse_object
 from ..history.entry import MessageHistoryEntry
 from ..ids import from_hex
-from ..interop.browse import title_of
 from ..interop.formats import parse_messages
 from ..interop.messages import check_messages
 from ..repo.repository import Repository
@@ -269,6 +268,7 @@ def render(state: Context, spec: str, restore: bool, entries: bool, as_json: boo
     with reporting():
         history = existing_history(repo, spec)
         if want_pretty(as_json, pretty):
+            from ..interop.browse import title_of
             from ._pretty import print_entries
 
             view = history.refs()

@@ -13,7 +13,7 @@ from ..interop.claude_export import session_id_for
 from ..interop.formats import EXPORT_FORMATS, IMPORT_FORMATS, import_file, write_export
 from ..interop.landing import ImportResult
 from ..interop.projects import import_projects
-from ._common import EXIT_NOT_FOUND, EXIT_USAGE, Context, ProgressLine, emit, fail, reporting
+from ._common import EXIT_NOT_FOUND, EXIT_USAGE, Context, emit, fail, reporting
 
 __all__ = ["FROM_STORES", "export", "import_"]
 
@@ -82,13 +82,10 @@ def import_(state: Context, file: str, ref: str | None, fmt: str, strict: bool, 
         if ref is not None or fmt not in ("auto", "claude"):
             fail("a directory is imported as Claude Code sessions, one ref each; drop --ref and --format",
                  EXIT_USAGE)
-        progress = ProgressLine("importing sessions", "sessions", enabled=None if not state.quiet else False)
-        try:
-            with reporting():
-                projects = import_projects(repo, file, strict=strict, force=force,
-                                           progress=lambda done, total, _b, _t: progress.update(done, total))
-        finally:
-            progress.close()
+        with reporting(), state.progress("importing sessions", "sessions") as progress:
+            projects = import_projects(repo, file, strict=strict, force=force,
+                                       progress=None if progress is None
+                                       else lambda done, total, _b, _t: progress(done, total))
         state.tell(f"imported {len(projects.sessions)} session(s) from {file}: {projects.moved} ref(s) moved"
                    + (f", {len(projects.failed)} failed (listed under 'failed')" if projects.failed else "")
                    + (f"; malformed lines skipped in {len(projects.subagent_skipped)} subagent file(s) (listed "
@@ -96,13 +93,11 @@ def import_(state: Context, file: str, ref: str | None, fmt: str, strict: bool, 
         emit(projects)
         return
     source = _open_source(file)
-    progress = ProgressLine("importing", "messages", enabled=None if not state.quiet else False)
     try:
-        with reporting():
+        with reporting(), state.progress("importing", "messages") as progress:
             result = import_file(repo, source, ref, format=None if fmt == "auto" else fmt, force=force,
-                                 strict=strict, progress=progress.update)
+                                 strict=strict, progress=progress)
     finally:
-        progress.close()
         if source is not sys.stdin:
             source.close()
     _tell_import(state, file, result)

@@ -291,14 +291,7 @@ def compress(data: bytes, *, level: int = 3, dictionary: zstandard.ZstdCompressi
     With a dictionary, `dict_id` (a 32-bit number the store chose for it) is written after the codec
     byte. The smaller of raw and compressed is kept.
     """
-    packed = _compressor(dictionary, level).compress(data)
-    if dictionary is not None:
-        framed = bytes([ZSTD_DICT]) + dict_id.to_bytes(4, "big") + packed
-    else:
-        framed = bytes([ZSTD]) + packed
-    if len(framed) >= len(data) + 1:
-        return bytes([RAW]) + data
-    return framed
+    return compressor(level=level, dictionary=dictionary, dict_id=dict_id)(data)
 
 
 def compressor(*, level: int = 3, dictionary: zstandard.ZstdCompressionDict | None = None,

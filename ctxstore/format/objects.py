@@ -14,7 +14,7 @@ from typing import Any
 import cbor2
 
 from ..errors import InvalidObject
-from ..ids import OID_SIZE, ObjectId, object_id
+from ..ids import OID_SIZE, ObjectId, is_oid, object_id
 from .codec import MAX_OBJECT_SIZE, decode, encode
 
 __all__ = [
@@ -42,9 +42,6 @@ ENTRY_KINDS = ("turn", "summary")
 OPERATION_TYPES = ("append", "edit", "fork", "view")
 PATCH_OPS = ("remove", "replace", "insertBefore", "insertAfter", "move", "split", "summary")
 
-
-def _is_oid(value: Any) -> bool:
-    return type(value) is bytes and len(value) == OID_SIZE
 
 
 def _fail(kind: str, why: str) -> InvalidObject:
@@ -81,11 +78,11 @@ class Entry:
         if type(self.message) is not dict or type(self.message.get("role")) is not str:
             raise _fail("entry", f"entry {self.id}: message must be a map with a text 'role'")
         content = self.message.get("content")
-        if type(content) is bytes and not _is_oid(content):
+        if type(content) is bytes and not is_oid(content):
             raise _fail("entry", f"entry {self.id}: content blob reference must be {OID_SIZE} bytes")
         if type(content) is list:
             for block in content:
-                if type(block) is bytes and not _is_oid(block):
+                if type(block) is bytes and not is_oid(block):
                     raise _fail("entry", f"entry {self.id}: block blob reference must be {OID_SIZE} bytes")
         if self.meta is not None and type(self.meta) is not dict:
             raise _fail("entry", f"entry {self.id}: meta must be a map")
@@ -134,7 +131,7 @@ class Revision:
 
     def check(self, items: bool = True) -> None:
         """Check the fields; `items=False` leaves out the spine's items (bytes checked when stored)."""
-        if self.parent is not None and not _is_oid(self.parent):
+        if self.parent is not None and not is_oid(self.parent):
             raise _fail("revision", "parent must be an object id")
         if type(self.created_at) is not int or self.created_at < 0:
             raise _fail("revision", "createdAt must be a non-negative integer (ms since the epoch)")
@@ -207,7 +204,7 @@ def _check_patch(patch: Any) -> None:
                 raise _fail("revision", f"move {anchor} must be an entry id")
     elif op == "summary":
         _check_ids(patch.get("sourceIds"), "summary sourceIds")
-        if not _is_oid(patch.get("entry")):
+        if not is_oid(patch.get("entry")):
             raise _fail("revision", "summary entry must be an object id")
         if "replace" in patch and type(patch["replace"]) is not bool:
             raise _fail("revision", "summary replace must be a boolean")
@@ -421,7 +418,7 @@ def revision_header(data: bytes) -> tuple[ObjectId | None, int]:
     fields = fields_before_spine(data)
     if fields is not None:
         parent, created = fields.get("parent"), fields.get("createdAt")
-        if (fields.get("type") == "revision" and (parent is None or _is_oid(parent)) and type(created) is int
+        if (fields.get("type") == "revision" and (parent is None or is_oid(parent)) and type(created) is int
                 and created >= 0):
             return parent, created
     obj = parse_object(data, trusted=True)

@@ -171,7 +171,7 @@ class CtxStoreSaver(BaseCheckpointSaver[str]):
     @classmethod
     def from_path(cls, path: str, **kwargs: Any) -> CtxStoreSaver:
         """A saver over the repository at `path`, made there first if there is none."""
-        repo = Repository.open(path) if os.path.exists(os.path.join(path, "format")) else Repository.init(path)
+        repo = Repository.open(path, create=True)
         return cls(repo, **kwargs)
 
     # -- names ---------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ entries, one revision per run of rows added in the same second (the database kee
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import sqlite3
@@ -157,7 +158,7 @@ class CtxStoreSession:
     def from_path(cls, session_id: str, path: str | os.PathLike[str], *,
                   session_settings: SessionSettings | dict[str, Any] | None = None) -> CtxStoreSession:
         """A session over the repository at `path`, made there first if there is none; `close` closes it."""
-        repo = Repository.open(path) if os.path.exists(os.path.join(path, "format")) else Repository.init(path)
+        repo = Repository.open(path, create=True)
         session = cls(session_id, repo, session_settings=session_settings)
         session._owns_repo = True
         return session
@@ -349,8 +350,6 @@ def _imported(repo: Repository, session_id: str, created_at: str | None, rows: l
               force: bool) -> MessageHistory | None:
     """The session's history with its view made the database's rows, built on what the ref holds; None
     when it already holds them."""
-    import json
-
     ref = session_ref(session_id)
     head = repo.head(ref)
     decoded: list[tuple[_Row, Any]] = []

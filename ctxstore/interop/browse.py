@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import InvalidInput, InvalidObject
 from ..format import seq
@@ -188,6 +188,15 @@ def grep(repo: Repository, pattern: str, specs: Sequence[str] = (), *, ignore_ca
 
 Hits = tuple[tuple[str, str], ...]
 """An entry's matches as (field, snippet), one per field."""
+_Object = TypeVar("_Object")
+
+
+def _decoded(data: bytes, name: str, kind: type[_Object], what: str) -> _Object:
+    """Stored bytes decoded as the `kind` of object they must be (`what`, for the error otherwise)."""
+    obj = parse_object(data, trusted=True)
+    if not isinstance(obj, kind):
+        raise InvalidObject(f"object {name} is a {type(obj).__name__.lower()}, not {what}")
+    return obj
 
 
 class _Search:
@@ -205,10 +214,7 @@ class _Search:
         unknown = list(dict.fromkeys(r for r in revisions if r not in self._views))
         spines: dict[str, seq.Spine] = {}
         for revision, data in zip(unknown, self._store.get_many([from_hex(r) for r in unknown]), strict=True):
-            rev = parse_object(data, trusted=True)
-            if not isinstance(rev, Revision):
-                raise InvalidObject(f"object {revision} is a {type(rev).__name__.lower()}, not a revision")
-            spines[revision] = rev.seq
+            spines[revision] = _decoded(data, revision, Revision, "a revision").seq
         # The views' top nodes in one read; nodes further down (long views) are read a level at a time.
         nodes: dict[ObjectId, SeqNode] = {}
         self._nodes(list(dict.fromkeys(oid for spine in spines.values() for oid, _ in seq.subtrees(spine))), nodes)
@@ -232,10 +238,7 @@ class _Search:
         missing = [oid for oid in dict.fromkeys(oids) if oid not in known]
         if missing:
             for oid, data in zip(missing, self._store.get_many(missing), strict=True):
-                node = parse_object(data, trusted=True)
-                if not isinstance(node, SeqNode):
-                    raise InvalidObject(f"object {to_hex(oid)} is a {type(node).__name__.lower()}, not a seq node")
-                known[oid] = node
+                known[oid] = _decoded(data, to_hex(oid), SeqNode, "a seq node")
         return [known[oid] for oid in oids]
 
     def _read(self, oids: list[ObjectId]) -> None:
@@ -249,17 +252,12 @@ class _Search:
                 if not may:
                     hits[oid] = ()
                     continue
-                stored = parse_object(data, trusted=True)
-                if not isinstance(stored, Entry):
-                    raise InvalidObject(f"object {to_hex(oid)} is a {type(stored).__name__.lower()}, not an entry")
+                stored = _decoded(data, to_hex(oid), Entry, "an entry")
                 message = expand_message(stored.message, self._blob) if has_blobs(stored.message) else stored.message
                 hits[oid] = self._entry_hits(MessageHistoryEntry(stored.id, message, stored.kind, stored.meta))
 
     def _blob(self, oid: ObjectId) -> Any:
-        blob = parse_object(self._store.get(oid), trusted=True)
-        if not isinstance(blob, Blob):
-            raise InvalidObject(f"object {to_hex(oid)} is a {type(blob).__name__.lower()}, not a blob")
-        return blob.data
+        return _decoded(self._store.get(oid), to_hex(oid), Blob, "a blob").data
 
     def _entry_hits(self, entry: MessageHistoryEntry) -> Hits:
         out: list[tuple[str, str]] = []

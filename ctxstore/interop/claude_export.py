@@ -30,7 +30,6 @@ from typing import Any, Final
 
 from ..history.entry import MessageHistoryEntry
 from ..history.message_history import MessageHistory
-from .browse import session_title
 
 __all__ = ["claude_records", "entry_uuid", "exported_entry_id", "session_id_for"]
 
@@ -89,6 +88,8 @@ def _claude_meta(entry: MessageHistoryEntry) -> Mapping[str, Any]:
 def claude_records(history: MessageHistory, *, session: str, created_at: int) -> Iterator[dict[str, Any]]:
     """The records of a transcript of `history`'s view, in file order (`created_at` dates records with no
     timestamp of their own)."""
+    from .browse import session_title  # the search machinery, loaded only when a transcript is written
+
     entries = history.refs()
     title = session_title(entries, history.refs)
     if title is not None and entries:

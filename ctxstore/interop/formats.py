@@ -139,7 +139,7 @@ def import_file(repo: Repository, source: Source, ref: str | None = None, *, for
     if fmt == "claude":
         if isinstance(source, str | os.PathLike) and subagent_files(source):
             # Claude Code keeps this session's subagents in files of their own beside it: merge them in.
-            transcript, _ = read_session(source, strict=strict)
+            transcript, _ = read_session(source, strict=strict, text=text)
         else:
             numbered, bad = numbered_json_lines(text)
             transcript = parse_claude_code(numbered, skipped=bad)
@@ -171,8 +171,9 @@ def import_messages(repo: Repository, ref: str, messages: Sequence[Any], *, forc
         raise InvalidInput("there are no messages to import")
     _check_objects(messages)
     history = repo.history(ref)
-    tail = history.refs()[-len(messages):] if history.size else []
-    fresh = _not_in_view(messages, tail, history)
+    view = history.refs() if history.size else []
+    tail = view[-len(messages):]
+    fresh = _not_in_view(messages, tail, view)
     check_messages(fresh, before=[e.message for e in tail])
     if not fresh:
         return land(repo, {ref: history}, format="json", entries=len(messages), message=message)
@@ -197,8 +198,9 @@ def _same(item: Any, entry: MessageHistoryEntry) -> bool:
 
 
 def _not_in_view(messages: Sequence[Any], tail: Sequence[MessageHistoryEntry],
-                 history: MessageHistory) -> list[Any]:
-    """`messages` less those the view already ends with, and less entries whose ids it holds."""
+                 view: Sequence[MessageHistoryEntry]) -> list[Any]:
+    """`messages` less those the view (whose last entries are `tail`) already ends with, and less entries
+    whose ids it holds."""
     overlap = 0
     for k in range(min(len(messages), len(tail)), 0, -1):
         if all(_same(m, e) for m, e in zip(messages[:k], tail[-k:], strict=True)):
@@ -208,7 +210,7 @@ def _not_in_view(messages: Sequence[Any], tail: Sequence[MessageHistoryEntry],
     ids = [m["id"] for m in rest if isinstance(m, Mapping) and isinstance(m.get("id"), str) and "message" in m]
     if not ids:
         return rest
-    held = {e.id for e in history.refs()} & set(ids)
+    held = {e.id for e in view} & set(ids)
     return [m for m in rest if not (isinstance(m, Mapping) and m.get("id") in held and "message" in m)]
 
 

@@ -74,11 +74,12 @@ def subagent_files(session: str | os.PathLike[str]) -> list[Path]:
     return sorted(p for p in (path.parent / path.stem / "subagents").glob("agent-*.jsonl") if p.is_file())
 
 
-def read_session(session: str | os.PathLike[str], *,
-                 strict: bool = False) -> tuple[Transcript, dict[str, list[int]]]:
+def read_session(session: str | os.PathLike[str], *, strict: bool = False,
+                 text: str | None = None) -> tuple[Transcript, dict[str, list[int]]]:
     """A session file parsed with its subagent files merged in (`subagent_files`), and the malformed
     lines of each subagent file that were skipped, by file (only files that had some); under `strict` a
-    subagent file with a malformed line is refused (`InvalidInput`).
+    subagent file with a malformed line is refused (`InvalidInput`). `text` is the session file's text
+    when the caller has read it already.
 
     The transcript's own `skipped` lists the session file's lines only.
     """
@@ -89,13 +90,13 @@ def read_session(session: str | os.PathLike[str], *,
     spans: list[tuple[int, int]] = []  # per source: its first line number in the joint numbering, its line count
     offset = 0
     for index, source in enumerate(sources):
-        text = read_text(source)
-        numbered, malformed = numbered_json_lines(text)
+        content = text if index == 0 and text is not None else read_text(source)
+        numbered, malformed = numbered_json_lines(content)
         if index:
             numbered = [(n, _as_subagent(rec, source)) for n, rec in numbered]
         bad += [offset + n for n in malformed]
         streams.append(list(_keyed(numbered, index, offset)))
-        count = text.count("\n") + 1
+        count = content.count("\n") + 1
         spans.append((offset, count))
         offset += count
     merged = [(line, rec) for _, _, line, rec in heapq.merge(*streams, key=lambda item: (item[0], item[1]))]

@@ -190,9 +190,7 @@ def commit_rebasing(store: TransactionalStore, lineage: Lineage, ref: str, histo
         raise InvalidInput(f"retries must be a positive whole number, not {retries!r}")
     head: ObjectId | None = None
     note = message
-    with contextlib.ExitStack() as turn:
-        if queue is not None:
-            turn.enter_context(queue.turn())
+    with turn_of(queue):
         for attempt in range(retries):
             try:
                 return commit_many(store, lineage, {ref: history}, message=note)[0]

@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import CtxStoreError, InvalidInput, MissingObject
 from ..format import seq
 from ..format.objects import Entry, Revision, parse_object, references
-from ..ids import OID_SIZE, ObjectId, object_id, to_hex
+from ..ids import ObjectId, is_oid, object_id, to_hex
 from ..refs import ReflogRecord, reflog_records, rewrite_reflogs, scan_reflogs
 from ..store.base import Transaction, TransactionalStore, maintenance_lock
 from .lineage import Lineage, read_object
@@ -99,7 +99,7 @@ def fsck(store: TransactionalStore, progress: Progress | None = None, *, repair:
             # A record that does not read, or that names an object the store lacks, can restore
             # nothing: it goes; every other record stays, in order.
             def sound(_name: str, record: ReflogRecord | None) -> bool:
-                return record is not None and all(o is None or (_is_oid(o) and txn.has(o))
+                return record is not None and all(o is None or (is_oid(o) and txn.has(o))
                                                   for o in (record.old, record.new))
 
             dropped = rewrite_reflogs(txn, sound)
@@ -139,7 +139,7 @@ def fsck(store: TransactionalStore, progress: Progress | None = None, *, repair:
     with store.transaction() as txn:
         heads = {}
         for name, oid in txn.refs("refs/").items():
-            if _is_oid(oid):
+            if is_oid(oid):
                 heads[name] = oid
                 named.setdefault(oid, f"ref {name}")
             else:
@@ -306,5 +306,3 @@ def _disk_bytes(data: Path, fallback: int) -> int:
         return fallback
 
 
-def _is_oid(value: object) -> bool:
-    return type(value) is bytes and len(value) == OID_SIZE

@@ -102,8 +102,17 @@ class Repository:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, durable: bool = True, readonly: bool = False,
-             map_size: int = DEFAULT_MAP_SIZE) -> Repository:
-        """Open the repository in directory `path`; `NotARepository` if there is none."""
+             map_size: int = DEFAULT_MAP_SIZE, create: bool = False) -> Repository:
+        """Open the repository in directory `path`; `NotARepository` if there is none, unless `create`:
+        then one is made there (and one made by another process at the same moment is opened)."""
+        if create and not readonly:
+            try:
+                return cls.open(path, durable=durable, map_size=map_size)
+            except NotARepository:
+                try:
+                    return cls.init(path, durable=durable, map_size=map_size)
+                except RepositoryExists:
+                    pass  # another process made it between our look and our init: open theirs
         root = Path(path)
         try:
             text = (root / _FORMAT_FILE).read_text(encoding="utf-8")

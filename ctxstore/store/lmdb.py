@@ -14,6 +14,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 import lmdb
 import zstandard
@@ -51,6 +52,12 @@ _ITER_BATCH = 4096
 _TRAIN_AT: dict[str, int] = {}
 _REVISIONS = revisions.RevisionCache()
 """Revisions this process rebuilt or wrote lately, shared by its stores (ids are content hashes)."""
+_R = TypeVar("_R")
+
+
+def _not_its_id(oid: ObjectId) -> DamagedData:
+    return DamagedData(f"stored object {to_hex(oid)} is corrupt: its bytes do not hash to its id "
+                       "(changed on disk or written under the wrong id); run `ctxstore fsck`")
 
 
 class _Records:
@@ -102,8 +109,7 @@ class _Records:
             except EncodingError:
                 data = self.decode(oid, value)  # loads a dictionary another process trained, or says why not
             if object_id(data) != oid:
-                raise DamagedData(f"stored object {to_hex(oid)} is corrupt: its bytes do not hash to its id "
-                                  "(changed on disk or written under the wrong id); run `ctxstore fsck`")
+                raise _not_its_id(oid)
             out.append(data)
         return out
 
@@ -119,8 +125,7 @@ class _Records:
             return encoded[0]
         data = self.decode(oid, value)
         if object_id(data) != oid:
-            raise DamagedData(f"stored object {to_hex(oid)} is corrupt: its bytes do not hash to its id "
-                              "(changed on disk or written under the wrong id); run `ctxstore fsck`")
+            raise _not_its_id(oid)
         return data
 
     def revision_header(self, oid: ObjectId) -> tuple[ObjectId | None, int] | None:
@@ -668,16 +673,20 @@ class LmdbStore(BatchWrites):
         finally:
             env.end(ltxn, commit=False)
 
+    def _required(self, oid: ObjectId, read: Callable[[_Records, ObjectId], _R | None]) -> _R:
+        """`read` of a held object under one read transaction; `MissingObject` if it is not held."""
+        check_oid(oid)
+        with self._reading() as records:
+            found = read(records, oid)
+        if found is None:
+            raise MissingObject(f"object {to_hex(oid)} is not in the store")
+        return found
+
     # -- the ObjectStore protocol ----------------------------------------------------------------------
 
     def get(self, oid: ObjectId) -> bytes:
         """The canonical bytes of an object; `MissingObject` if absent."""
-        check_oid(oid)
-        with self._reading() as records:
-            data = records.get(oid)
-        if data is None:
-            raise MissingObject(f"object {to_hex(oid)} is not in the store")
-        return data
+        return self._required(oid, _Records.get)
 
     def get_many(self, oids: Iterable[ObjectId]) -> list[bytes]:
         """The canonical bytes of objects, in order, all read under one read transaction (one hold of
@@ -695,12 +704,7 @@ class LmdbStore(BatchWrites):
         """A revision's parent and `createdAt`, read from its record without rebuilding it (`HeaderSource`;
         what is checked: docs/storage.md, *Header reads*). `MissingObject` if absent, `InvalidObject` if
         it is not a revision, `DamagedData` if its record is damaged where the read can see it."""
-        check_oid(oid)
-        with self._reading() as records:
-            found = records.revision_header(oid)
-        if found is None:
-            raise MissingObject(f"object {to_hex(oid)} is not in the store")
-        return found
+        return self._required(oid, _Records.revision_header)
 
     def __contains__(self, oid: object) -> bool:
         return type(oid) is bytes and len(oid) == OID_SIZE and self.has(ObjectId(oid))
@@ -730,12 +734,7 @@ class LmdbStore(BatchWrites):
 
     def stored_size(self, oid: ObjectId) -> int:
         """Bytes the object's value occupies (codec byte plus compressed bytes)."""
-        check_oid(oid)
-        with self._reading() as records:
-            value = records.find(oid)
-        if value is None:
-            raise MissingObject(f"object {to_hex(oid)} is not in the store")
-        return len(value)
+        return len(self._required(oid, _Records.find))
 
     def stats(self) -> StoreStats:
         """Object count, canonical and stored bytes, and the pages in use in the data file."""

@@ -88,7 +88,8 @@ def _allocate_lock_file(path: str, readonly: bool) -> None:
             raise disk_full_error(path, "making LMDB's lock file") from None
         return  # absent directory, read-only file system, permissions: LMDB says which
     try:
-        if os.fstat(fd).st_blocks * 512 < _LOCK_FILE_BYTES or os.fstat(fd).st_size < _LOCK_FILE_BYTES:
+        st = os.fstat(fd)
+        if st.st_blocks * 512 < _LOCK_FILE_BYTES or st.st_size < _LOCK_FILE_BYTES:
             os.posix_fallocate(fd, 0, _LOCK_FILE_BYTES)
     except OSError as exc:
         if exc.errno in _NO_SPACE:

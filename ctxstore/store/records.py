@@ -155,11 +155,7 @@ def canonical_size(value: bytes) -> int:
 
 def stored_value(data: bytes, dictionary: zstandard.ZstdCompressionDict | None, dict_id: int) -> bytes:
     """The codec-framed value of an object's canonical bytes: raw, zstd, or zstd with the dictionary."""
-    if _incompressible(data, dictionary is not None):
-        return _RAW + data
-    if dictionary is not None:
-        return codec.compress(data, dictionary=dictionary, dict_id=dict_id)
-    return codec.compress(data)
+    return packer(dictionary, dict_id)(data)
 
 
 def packer(dictionary: zstandard.ZstdCompressionDict | None, dict_id: int) -> Callable[[bytes], bytes]:

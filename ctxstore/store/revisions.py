@@ -164,6 +164,13 @@ def checked(oid: ObjectId, revision: Revision, base: seq.SpineBytes | None = Non
     return data, levels
 
 
+def _make_room(held: dict[ObjectId, Any], limit: int) -> None:
+    """Drop the oldest half of a bounded cache that is full (dicts keep insertion order)."""
+    if len(held) >= limit:
+        for old in list(held)[: limit // 2]:
+            del held[old]
+
+
 class RevisionCache:
     """Recently rebuilt or written revisions by id, bounded: a chain walked backwards (a pack, a log)
     then rebuilds each revision from its child's neighbour instead of from the checkpoint again.
@@ -201,17 +208,11 @@ class RevisionCache:
         """Remember a revision (the oldest half goes when the cache is full), with its canonical bytes and
         encoded levels when given: the caller has checked that the bytes hash to `oid`."""
         with self._lock:
-            held = self._held
-            if len(held) >= self._limit:
-                for old in list(held)[: self._limit // 2]:
-                    del held[old]
-            held[oid] = revision
+            _make_room(self._held, self._limit)
+            self._held[oid] = revision
             if encoded is not None:
-                recent = self._encoded
-                if len(recent) >= self._encoded_limit:
-                    for old in list(recent)[: self._encoded_limit // 2]:
-                        del recent[old]
-                recent[oid] = encoded
+                _make_room(self._encoded, self._encoded_limit)
+                self._encoded[oid] = encoded
                 if encoded[1] is not None:
                     self._last = encoded[1]
 
@@ -236,11 +237,8 @@ class MadeAppends:
     def vouch(self, oid: ObjectId, data: bytes, revision: Revision, levels: seq.SpineBytes | None) -> None:
         """Note an append revision made by the rule onto its parent, with no node closed (see above)."""
         with self._lock:
-            made = self._made
-            if len(made) >= self._limit:
-                for old in list(made)[: self._limit // 2]:
-                    del made[old]
-            made[oid] = (data, revision, levels)
+            _make_room(self._made, self._limit)
+            self._made[oid] = (data, revision, levels)
 
     def take(self, oid: ObjectId, data: bytes) -> tuple[Delta, Revision, seq.SpineBytes | None] | None:
         """The delta of revision `oid` if it was vouched for with exactly `data` (then forgotten), else None."""

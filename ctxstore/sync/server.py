@@ -70,7 +70,6 @@ __all__ = [
     "RepositoryDirectory",
     "Scope",
     "Token",
-    "check_repository_name",
     "create_app",
     "load_tokens",
     "serve_http",

@@ -17,8 +17,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import InvalidInput, NotARepository, UnknownSetting
 from ..repo.repository import Repository
-from ..store.postgres import PostgresDatabase
-from .server import SCOPES, Scope, Token, check_repository_name, token_digest
+from ..store.postgres import PostgresDatabase, StoredToken
+from .server import SCOPES, Scope, Token, token_digest
 
 __all__ = ["NewToken", "PostgresRepositories", "check_store_url", "redacted_url"]
 
@@ -99,16 +99,16 @@ class PostgresRepositories:
 
     def tokens_and_open(self, name: str) -> tuple[Sequence[Token], Repository | None]:
         stored, store = self.database.tokens_and_open(name)
-        return [Token(t.name, _scope(t.scope), t.digest) for t in stored], None if store is None else Repository(store)
+        return _tokens(stored), None if store is None else Repository(store)
 
     def create(self, name: str) -> Repository:
-        return Repository(self.database.create(check_repository_name(name)))
+        return Repository(self.database.create(name))  # the database checks the name
 
     def names(self) -> list[str]:
         return self.database.names()
 
     def tokens(self) -> Sequence[Token]:
-        return [Token(t.name, _scope(t.scope), t.digest) for t in self.database.tokens()]
+        return _tokens(self.database.tokens())
 
     def add_token(self, name: str, scope: str) -> NewToken:
         """Make a token called `name` with `scope` and keep its digest; `InvalidInput` if the name is taken."""
@@ -131,6 +131,10 @@ class PostgresRepositories:
         self.database.close()
         if self._bucket is not None:
             self._bucket.close()
+
+
+def _tokens(stored: Sequence[StoredToken]) -> list[Token]:
+    return [Token(t.name, _scope(t.scope), t.digest) for t in stored]
 
 
 def _scope(scope: str) -> Scope:
