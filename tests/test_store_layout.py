@@ -139,7 +139,9 @@ def test_a_repository_over_the_old_layout_is_refused_on_open(tmp_path: Path) -> 
     # Rewrite its store in the old layout, ref and all.
     db = tmp_path / "r" / "db"
     dbs = raw_databases(db)
-    objects = [(ids.ObjectId(k + v[6:22]), codec.decompress(v[22:])) for k, v in dbs[b"objs"].items()]
+    with LmdbStore(db) as store:
+        objects = [(oid, store.get(oid)) for oid in store]
+    assert len(objects) == len(dbs[b"objs"])
     for name in ("data.mdb", "lock.mdb"):
         (db / name).unlink()
     write_old_layout(db, objects, when=1)

@@ -19,8 +19,8 @@ from ctxstore.format import codec, seq
 from ctxstore.format.objects import Revision, SeqNode, encode_object, parse_object
 from ctxstore.ids import ObjectId, object_id
 from ctxstore.store import lmdb as lmdb_store
+from ctxstore.store import packs, revisions
 from ctxstore.store import records as rec
-from ctxstore.store import revisions
 from ctxstore.store.lmdb import AUTO_DICT_OBJECTS, LmdbStore
 from ctxstore.store.memory import MemoryStore
 
@@ -29,6 +29,12 @@ def _chat(i: int) -> dict[str, str]:
     words = ("deploy", "window", "rollback", "plan", "review", "migration", "latency", "budget", "queue")
     return {"role": "user" if i % 2 else "assistant",
             "content": f"[{i}] " + " ".join(words[(i * k) % len(words)] for k in range(40))}
+
+
+def _value(store: LmdbStore, oid: ObjectId) -> bytes:
+    env = store.environment
+    with env.env.begin() as txn:
+        return rec.record_value(txn.get(rec.object_key(oid), db=env.dbs[rec.OBJECTS]))
 
 
 def _codecs(store: LmdbStore, oids: list[ObjectId]) -> list[int]:
@@ -50,7 +56,11 @@ def test_a_large_first_commit_is_written_with_a_dictionary_trained_on_its_own_ob
         store.put_many(made)
         assert store.dictionary_id() == 1
         entries = [oid for oid, data in made if data[1:4] == b"bid"]
-        assert set(_codecs(store, entries)) == {codec.ZSTD_DICT}
+        # Each entry is compressed with it alone, or kept in its closed leaf's pack, compressed with it too.
+        assert set(_codecs(store, entries)) == {codec.ZSTD_DICT, packs.PACKED}
+        leaves = [oid for oid, data in made if seq.is_leaf_bytes(data)]
+        assert leaves and set(_codecs(store, leaves)) == {packs.LEAF_PACK}
+        assert {_value(store, oid)[packs.FRAMED_AT] for oid in leaves} == {codec.ZSTD_DICT}
         assert store.get_many([oid for oid, _ in made]) == [data for _, data in made]
 
 

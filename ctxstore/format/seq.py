@@ -45,7 +45,11 @@ __all__ = [
     "iter_items",
     "leaf_hash",
     "node_fault",
+    "is_leaf_bytes",
+    "leaf_length",
+    "leaf_refs",
     "node_id",
+    "packed_order",
     "spine_fault",
     "splice",
     "subtrees",
@@ -69,6 +73,7 @@ PutNode = Callable[[SeqNode], ObjectId]
 
 _NODE_START = b"\xa3dtypecseqeitems"  # {"type": "seq", "items": ...} in canonical key order
 _LEVEL_KEY = b"elevel"
+_LEAF_END = _LEVEL_KEY + b"\x00"
 _OID_HEAD = b"\x58\x20"
 
 
@@ -661,11 +666,23 @@ def items_batched(spine: Spine,
                   get_many: Callable[[list[ObjectId]], list[SeqNode]]) -> list[tuple[str, ObjectId | None]]:
     """`iter_items` as a list, reading the stored nodes a level at a time (one `get_many` per level, not
     one read per node): what reading a whole view needs."""
-    # Nodes still to read are [oid, level] lists, items already read are (entry id, oid) tuples. Nodes
-    # are read a slice of a level at a time, so a level's decoded nodes are not all held at once.
+    return _descend(spine, get_many, 0)  # every node read: items only
+
+
+def leaf_refs(spine: Spine, get_many: Callable[[list[ObjectId]], list[SeqNode]]) -> list[Any]:
+    """The leaves of a list in order, reading the stored nodes above them a level at a time: each stored
+    leaf as its oid (bytes), then the items of the spine's leaf as (entry id, entry oid) tuples. What a
+    reader takes leaves with their entries from (`store.base.read_leaves`) reads."""
+    return [part[0] if type(part) is list else part for part in _descend(spine, get_many, 1)]
+
+
+def _descend(spine: Spine, get_many: Callable[[list[ObjectId]], list[SeqNode]], lowest: int) -> list[Any]:
+    """The spine's tree read down to level `lowest`: [oid, level] lists for the nodes left unread (level
+    0 when `lowest` is 1), (entry id, oid) tuples for items."""
+    # Nodes are read a slice of a level at a time, so a level's decoded nodes are not all held at once.
     parts: list[Any] = [[oid, level] for oid, level in subtrees(spine)]
     while True:
-        refs = [part[0] for part in parts if type(part) is list]
+        refs = [part[0] for part in parts if type(part) is list and part[1] >= lowest]
         if not refs:
             break
         out: list[Any] = []
@@ -673,7 +690,7 @@ def items_batched(spine: Spine,
         for start in range(0, len(refs), _NODE_SLICE):
             nodes = get_many(refs[start:start + _NODE_SLICE])
             for node in nodes:
-                while type(parts[at]) is not list:
+                while type(parts[at]) is not list or parts[at][1] < lowest:
                     out.append(parts[at])
                     at += 1
                 part = parts[at]
@@ -690,6 +707,33 @@ def items_batched(spine: Spine,
         parts = out
     parts.extend([(entry_id, oid) for entry_id, oid in spine[0]])
     return parts
+
+
+def packed_order(items: list[Item]) -> list[ObjectId]:
+    """The entry oids a leaf names, once each, in the order they first appear: the order a store keeps a
+    closed leaf's entries in when it packs them with it (`store.packs`)."""
+    return list(dict.fromkeys([oid for _, oid in items if oid is not None]))
+
+
+def is_leaf_bytes(data: bytes) -> bool:
+    """Whether canonical bytes may be a leaf's (a seq node at level 0); `parse_object` tells for sure."""
+    return data.startswith(_NODE_START) and data.endswith(_LEAF_END)
+
+
+def leaf_length(data: bytes) -> int | None:
+    """How many items a leaf's canonical bytes hold, read from their layout without decoding them; None
+    if they are not laid out as a leaf's."""
+    if not is_leaf_bytes(data) or len(data) <= len(_NODE_START) + 2:
+        return None
+    at = len(_NODE_START)
+    head = data[at]
+    if 0x80 <= head < 0x98:
+        return head - 0x80
+    if head == 0x98:
+        return data[at + 1]
+    if head == 0x99:
+        return int.from_bytes(data[at + 1:at + 3], "big")
+    return None
 
 
 def _node_items(oid: ObjectId, get: GetNode) -> Iterator[tuple[str, ObjectId | None]]:

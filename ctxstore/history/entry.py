@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidObject
-from ..format.objects import Entry, entry_message, parse_object
+from ..format import seq
+from ..format.objects import Entry, Object, SeqNode, entry_message, parse_object
 from ..ids import ObjectId, to_hex
 from .intake import expand_message, plain_copy
 from .workspace import Workspace
 
-__all__ = ["MessageHistoryEntry", "collector_paused", "has_blobs", "read_entries", "read_entry", "read_messages"]
+__all__ = ["MessageHistoryEntry", "collector_paused", "has_blobs", "read_entries", "read_entry", "read_messages",
+           "read_view_messages"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,19 +65,72 @@ def read_entries(ws: Workspace, oids: list[ObjectId]) -> list[MessageHistoryEntr
 
 def read_messages(ws: Workspace, oids: list[ObjectId]) -> list[dict[str, Any]]:
     """The messages of many entries (what `render` returns), read as `read_entries` reads them."""
-    out: list[dict[str, Any]] = []
     with collector_paused():
-        for oid, (found, fresh) in zip(oids, ws.read_raw(oids), strict=True):
-            # What is read just now is checked as an entry and its message taken, no Entry made.
-            message = (entry_message(found) if type(found) is bytes
-                       else found.message if isinstance(found, Entry) else None)
-            if message is None:
-                kind = type(parse_object(found, trusted=True) if type(found) is bytes else found).__name__
-                raise InvalidObject(f"object {to_hex(oid)} is a {kind.lower()}, not an entry")
-            if not fresh or (type(message.get("content")) is not str and has_blobs(message)):
-                message = expand_message(message, ws.value)
-            out.append(message)
-    return out
+        return [_message(ws, oid, found, fresh)
+                for oid, (found, fresh) in zip(oids, ws.read_raw(oids), strict=True)]
+
+
+def read_view_messages(ws: Workspace, spine: seq.Spine,
+                       lookup: Callable[[str], ObjectId | None]) -> list[dict[str, Any]]:
+    """The messages of a revision's view (what `render` returns), read a leaf at a time.
+
+    A leaf the store keeps packed with its entries gives their messages from its one record
+    (`Workspace.leaves`); when they are all chat messages and the leaf names each entry once, they are
+    the leaf's messages in order, taken as they are. Any other entry is read as `read_messages` reads
+    it. An item without an oid is looked up by its id (`lookup`), and left out if it names no entry.
+    """
+    parts = seq.leaf_refs(spine, ws.nodes)
+    out: list[dict[str, Any] | None] = []
+    unread: list[tuple[int, ObjectId]] = []  # (place in out, entry) of what no pack gave
+    with collector_paused():
+        for start in range(0, len(parts), _LEAVES):
+            chunk = parts[start:start + _LEAVES]
+            leaves = iter(ws.leaves([part for part in chunk if type(part) is not tuple]))
+            for part in chunk:
+                packed: dict[ObjectId, Any] = {}
+                if type(part) is tuple:
+                    items: list[Any] = [part]
+                else:
+                    leaf, messages = next(leaves)
+                    if messages and type(leaf) is bytes and seq.leaf_length(leaf) == len(messages) and (
+                            None not in messages):
+                        out.extend(messages)  # every item a distinct chat entry, in the leaf's order
+                        continue
+                    node = parse_object(leaf, trusted=True) if type(leaf) is bytes else leaf
+                    if not isinstance(node, SeqNode) or node.level != 0:
+                        raise InvalidObject(f"object {to_hex(part)} is not a leaf of the sequence tree")
+                    items = node.items
+                    if messages:
+                        packed = dict(zip(seq.packed_order(items), messages, strict=True))
+                for entry_id, item_oid in items:
+                    oid = item_oid if item_oid is not None else lookup(entry_id)
+                    if oid is None:
+                        continue
+                    message = packed.pop(oid, None)  # an entry named twice is read again: a copy each
+                    if message is None:
+                        unread.append((len(out), oid))
+                    out.append(message)
+    for (at, _oid), message in zip(unread, read_messages(ws, [oid for _, oid in unread]), strict=True):
+        out[at] = message
+    return out  # type: ignore[return-value]  # every None was filled just above
+
+
+_LEAVES = 128
+"""Leaves a view's reader asks the store for at once (one read transaction, about 4,000 entries)."""
+
+
+def _message(ws: Workspace, oid: ObjectId, found: bytes | Object, fresh: bool) -> dict[str, Any]:
+    """The message of an entry read as canonical bytes (checked as an entry, its message taken without
+    making an `Entry`) or decoded before (`fresh`: decoded for this read, so handed out uncopied), its
+    blobs expanded; `InvalidObject` if the object is not an entry."""
+    message = (entry_message(found) if type(found) is bytes
+               else found.message if isinstance(found, Entry) else None)
+    if message is None:
+        kind = type(parse_object(found, trusted=True) if type(found) is bytes else found).__name__
+        raise InvalidObject(f"object {to_hex(oid)} is a {kind.lower()}, not an entry")
+    if not fresh or (type(message.get("content")) is not str and has_blobs(message)):
+        message = expand_message(message, ws.value)
+    return message
 
 
 def has_blobs(message: Mapping[str, Any]) -> bool:

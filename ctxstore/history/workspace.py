@@ -42,7 +42,7 @@ from ..format.objects import (
 )
 from ..format.seq import SpineBytes, encode_node, encode_revision, spine_bytes
 from ..ids import ObjectId, object_id, to_hex
-from ..store.base import ObjectSource, read_revision_header
+from ..store.base import ObjectSource, read_leaves, read_revision_header
 from ..store.revisions import MADE
 
 __all__ = ["Workspace"]
@@ -139,6 +139,18 @@ class Workspace:
             if not isinstance(obj, SeqNode):
                 raise InvalidObject(f"object {to_hex(oid)} is a {type(obj).__name__.lower()}, not a seq node")
         return found  # type: ignore[return-value]  # checked just above
+
+    def leaves(self, oids: list[ObjectId]) -> list[tuple[bytes | Object, list[Any]]]:
+        """Leaves by id, each as its canonical bytes (read just now: checked against its id, not decoded)
+        or as the node decoded here before, with the messages its source gives with it
+        (`store.base.read_leaves`: in `seq.packed_order`, None for an entry to read whole; none at all for
+        a leaf made here or a source that packs none). Not kept: a whole view's reader reads each once."""
+        held = [self._decoded.get(oid) or self._pending.get(oid) for oid in oids]
+        unread = [oid for oid, found in zip(oids, held, strict=True) if found is None]
+        if unread and self.source is None:
+            raise MissingObject(f"object {to_hex(unread[0])} is not in this history")
+        read = iter(read_leaves(self.source, unread) if unread and self.source is not None else ())
+        return [next(read) if found is None else (found, []) for found in held]
 
     def cached(self, oid: ObjectId) -> Object | None:
         """The object if it is already decoded here (made or read), without reading anything."""

@@ -29,6 +29,7 @@ __all__ = [
     "MAX_KEY_BYTES",
     "BatchWrites",
     "HeaderSource",
+    "LeafSource",
     "ObjectSource",
     "ObjectStore",
     "Snapshot",
@@ -40,6 +41,7 @@ __all__ = [
     "check_oid",
     "check_repository_name",
     "maintenance_lock",
+    "read_leaves",
     "read_revision_header",
     "read_stored_append",
 ]
@@ -87,6 +89,32 @@ def read_revision_header(source: ObjectSource, oid: ObjectId) -> tuple[ObjectId 
     if header is not None:
         return header(oid)
     return objects.revision_header(source.get(oid))
+
+
+class LeafSource(Protocol):
+    """The optional read of closed leaves with their entries' messages: what reading a whole view needs.
+
+    A store that keeps a closed leaf packed with its entries (`LmdbStore`, docs/storage.md, *Leaf
+    packs*) answers with the leaf's canonical bytes (checked against its id) and, for each entry it
+    names (once each, in the order they first appear: `seq.packed_order`), the entry's message if the
+    entry is a chat entry (four fields; the message exactly a text role and a text content, as the
+    writer checked), else None; the pack's seal stands for the entries' ids. An empty list where it
+    does not hold the leaf packed. A caller reads whatever it is not given as ever. Callers go through
+    `read_leaves`.
+    """
+
+    def get_leaves(self, oids: list[ObjectId]) -> list[tuple[bytes, list[Any]]]:
+        """Each leaf with its packed entries' messages, in order; `MissingObject` names the first absent."""
+        ...
+
+
+def read_leaves(source: ObjectSource, oids: list[ObjectId]) -> list[tuple[bytes, list[Any]]]:
+    """`LeafSource.get_leaves` where the source has it; else each leaf's bytes with no entries."""
+    leaves: Callable[[list[ObjectId]], list[tuple[bytes, list[Any]]]] | None = getattr(source, "get_leaves", None)
+    if leaves is not None:
+        return leaves(oids)
+    many: Callable[[list[ObjectId]], list[bytes]] | None = getattr(source, "get_many", None)
+    return [(data, []) for data in (many(oids) if many is not None else [source.get(oid) for oid in oids])]
 
 
 StoredAppend = tuple[ObjectId, int, list[str], list[ObjectId]]

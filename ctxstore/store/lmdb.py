@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import lmdb
 import zstandard
@@ -25,8 +25,8 @@ from ..format.codec import check_time_ms
 from ..format.codec import now_ms as _now_ms
 from ..format.objects import Revision, SeqNode, parse_object, revision_header
 from ..ids import OID_SIZE, ObjectId, object_id, to_hex
+from . import packs, revisions
 from . import records as rec
-from . import revisions
 from .base import BatchWrites, StoreStats, Transaction, WriteSet, check_oid
 from .lmdb_env import Environment, acquire, release
 from .revisions import DELTA
@@ -49,10 +49,17 @@ RECOMPRESS_OBJECTS = 8 * AUTO_DICT_OBJECTS
 """A store holding at most this many objects rewrites them with its first dictionary (a recorded chat);
 a larger one keeps their encoding (a rewrite costs a decode and a compression per object)."""
 _ITER_BATCH = 4096
+_PACKS_HELD = 8
 _TRAIN_AT: dict[str, int] = {}
 _REVISIONS = revisions.RevisionCache()
 """Revisions this process rebuilt or wrote lately, shared by its stores (ids are content hashes)."""
 _R = TypeVar("_R")
+
+
+def _collision(oid: ObjectId, key: bytes, held: bytes) -> StoreError:
+    other = to_hex(rec.record_id(key, held))
+    return StoreError(f"objects {to_hex(oid)} and {other} share their first {rec.KEY_SIZE} bytes, which this "
+                      "store cannot hold; nothing was written (report this: it should not happen)")
 
 
 def _not_its_id(oid: ObjectId) -> DamagedData:
@@ -64,12 +71,13 @@ class _Records:
     """The store's records as one LMDB transaction sees them; it is also the `Snapshot` a `Transaction`
     reads through."""
 
-    __slots__ = ("_dbs", "_e", "_t")
+    __slots__ = ("_dbs", "_e", "_packs", "_t")
 
     def __init__(self, env: Environment, txn: lmdb.Transaction[bytes]) -> None:
         self._e = env
         self._t = txn
         self._dbs = env.dbs
+        self._packs: dict[ObjectId, list[bytes]] = {}  # leaf packs read lately: entries are read in runs
 
     # -- objects ------------------------------------------------------------------------------------------
 
@@ -101,7 +109,7 @@ class _Records:
             if record is None or record[tail:head] != oid[key_size:]:
                 raise MissingObject(f"object {to_hex(oid)} is not in the store")
             value = record[head:]
-            if value[0] == DELTA:
+            if value[0] >= DELTA:  # a delta, a leaf pack, an entry in a pack
                 out.append(canonical(oid, value))
                 continue
             try:
@@ -115,7 +123,16 @@ class _Records:
 
     def canonical(self, oid: ObjectId, value: bytes) -> bytes:
         """An object's canonical bytes from its stored value, checked against its id."""
-        if value[0] == DELTA:
+        if value[0] == packs.PACKED:
+            key, position = packs.pointer_target(oid, value)
+            parts = self.pack(key)
+            if parts is None or not 0 < position + 1 < len(parts) or len(
+                    data := parts[position + 1]) != packs.stored_size_of(value):
+                raise DamagedData(f"stored entry {to_hex(oid)} is kept in a leaf pack that does not hold it; "
+                                  "run `ctxstore fsck`")
+        elif value[0] == packs.LEAF_PACK:
+            data = self.pack_parts(oid, value)[0]
+        elif value[0] == DELTA:
             known = _REVISIONS.encoded(oid)
             if known is not None:
                 return known[0]  # checked against its id when it was cached
@@ -123,10 +140,57 @@ class _Records:
             encoded = revisions.checked(oid, rev, _REVISIONS.levels_for(rev.parent))
             _REVISIONS.put(oid, rev, encoded)
             return encoded[0]
-        data = self.decode(oid, value)
+        else:
+            data = self.decode(oid, value)
         if object_id(data) != oid:
             raise _not_its_id(oid)
         return data
+
+    def pack(self, key: bytes) -> list[bytes] | None:
+        """The parts of the leaf pack filed under record key `key` (`pack_parts`), or None if no leaf pack
+        is filed there."""
+        record = self._t.get(key, db=self._dbs[rec.OBJECTS])
+        if record is None or not packs.is_pack(record[rec.HEAD_SIZE:]):
+            return None
+        return self.pack_parts(rec.record_id(key, record), rec.record_value(record))
+
+    def pack_parts(self, leaf: ObjectId, value: bytes) -> list[bytes]:
+        """A leaf pack's parts, the leaf's canonical bytes then its entries' (`packs.payload_of`: the seal
+        checked), from the few this read holds decoded."""
+        parts = self._packs.get(leaf)
+        if parts is None:
+            parts = packs.split(leaf, packs.payload_of(leaf, value, self.unframe))
+            if len(self._packs) >= _PACKS_HELD:
+                self._packs.clear()
+            self._packs[leaf] = parts
+        return parts
+
+    def unframe(self, value: bytes) -> bytes:
+        """Bytes framed by the store's packer (raw, zstd, dictionary), loading a dictionary another
+        process trained; `EncodingError` if they do not decode."""
+        used = rec.value_dict_id(value)
+        if used is not None and used not in self._e.dicts:
+            self.load_dicts()
+        return codec.decompress(value, dictionaries=self._e.dicts, max_size=2 * packs.MAX_PAYLOAD)
+
+    def get_leaves(self, oids: Iterable[ObjectId]) -> list[tuple[bytes, list[Any]]]:
+        """Each leaf's canonical bytes, checked against its id, with the messages of the entries it is
+        packed with (`LeafSource`: the pack's seal checked, not each entry's id), or an empty list where
+        the leaf is not stored packed; `MissingObject` names the first leaf absent."""
+        out: list[tuple[bytes, list[Any]]] = []
+        for oid in oids:
+            check_oid(oid)
+            value = self.find(oid)
+            if value is None:
+                raise MissingObject(f"object {to_hex(oid)} is not in the store")
+            if not packs.is_pack(value):
+                out.append((self.canonical(oid, value), []))
+                continue
+            leaf, messages = packs.chat_messages(oid, packs.payload_of(oid, value, self.unframe))
+            if object_id(leaf) != oid:
+                raise _not_its_id(oid)
+            out.append((leaf, messages))
+        return out
 
     def revision_header(self, oid: ObjectId) -> tuple[ObjectId | None, int] | None:
         """A revision's parent and `createdAt` from its record, or None if it is not held.
@@ -290,6 +354,8 @@ class _Records:
 
     def decode(self, oid: ObjectId, value: bytes) -> bytes:
         """An object's canonical bytes from its stored value."""
+        if value[0] in (packs.LEAF_PACK, packs.PACKED):
+            return self.canonical(oid, value)
         used = rec.value_dict_id(value)
         if used is not None and used not in self._e.dicts:
             self.load_dicts()
@@ -375,34 +441,98 @@ class _Records:
     # -- writing ------------------------------------------------------------------------------------------
 
     def prepare(self, w: WriteSet, now_ms: int, dict_id: int,
-                dictionary: zstandard.ZstdCompressionDict | None) -> list[tuple[ObjectId, bytes]]:
-        """The record of each object a transaction writes (its value compressed, or a delta), made once:
-        a commit retried after the map grew writes the same records again."""
+                dictionary: zstandard.ZstdCompressionDict | None) -> _Prepared:
+        """The record of each object a transaction writes (its value compressed, a delta, a leaf pack or a
+        pointer into one), made once: a commit retried after the map grew writes the same records again."""
         time = now_ms.to_bytes(rec.TIME_SIZE, "big")
         depths: dict[ObjectId, int] = {}
-        out: list[tuple[ObjectId, bytes]] = []
         small, large = rec.packer(dictionary, dict_id), rec.packer(None, 0)
+        packed, pointers = self.leaf_packs(w, small)
+        out: list[tuple[ObjectId, bytes]] = []
         record, may_be_delta = rec.object_record, revisions.may_be_delta
         for oid, data in w.objects.items():
-            value = self.delta_value(oid, data, w, depths) if may_be_delta(data) else None
+            value = packed.get(oid)
             if value is None:
-                value = small(data) if len(data) <= DICT_MAX_OBJECT else large(data)
+                if oid in pointers:
+                    continue  # its record is the pointer `apply` writes
+                value = self.delta_value(oid, data, w, depths) if may_be_delta(data) else None
+                if value is None:
+                    value = small(data) if len(data) <= DICT_MAX_OBJECT else large(data)
             out.append((oid, record(oid, time, value)))
-        return out
+        return _Prepared(out, pointers)
 
-    def apply(self, w: WriteSet, now_ms: int, prepared: list[tuple[ObjectId, bytes]]) -> None:
+    def leaf_packs(self, w: WriteSet, frame: Callable[[bytes], bytes]
+                   ) -> tuple[dict[ObjectId, bytes], dict[ObjectId, bytes]]:
+        """The leaf packs of the closed leaves a transaction writes (`store.packs`), by leaf id, and the
+        pointer value of each entry they hold, by entry id.
+
+        A leaf is packed only when every entry it names is at hand (written by this transaction, checked
+        here against its id, or already stored) and they fit `packs.MAX_PAYLOAD`; otherwise its entries
+        keep a record each. An entry held by two packs points to the first.
+        """
+        packed: dict[ObjectId, bytes] = {}
+        pointers: dict[ObjectId, bytes] = {}
+        written = w.objects
+        for oid, data in written.items():
+            if not seq.is_leaf_bytes(data):
+                continue
+            try:
+                node = parse_object(data, trusted=True)
+            except CtxStoreError:
+                continue  # stored as it is; a read says what is wrong with it
+            if not isinstance(node, SeqNode) or node.level != 0:
+                continue
+            order = seq.packed_order(node.items)
+            if not order or len(order) > packs.MAX_ENTRIES:
+                continue
+            entries = self._pack_entries(order, written)
+            if entries is None:
+                continue
+            packed[oid] = packs.pack_value(oid, data, entries, frame)
+            for position, (entry, entry_bytes) in enumerate(zip(order, entries, strict=True)):
+                pointers.setdefault(entry, packs.pointer_value(oid, position, len(entry_bytes)))
+        return packed, pointers
+
+    def _pack_entries(self, order: list[ObjectId], written: Mapping[ObjectId, bytes]) -> list[bytes] | None:
+        """The canonical bytes of the entries a leaf packs, each checked against its id, or None if one
+        is missing, damaged, or they are too large together."""
+        entries: list[bytes] = []
+        total = 0
+        for entry in order:
+            data = written.get(entry)
+            if data is None:
+                value = self.find(entry)
+                if value is None:
+                    return None
+                try:
+                    data = self.canonical(entry, value)
+                except CtxStoreError:
+                    return None
+            elif object_id(data) != entry:
+                return None
+            total += len(data)
+            if total > packs.MAX_PAYLOAD:
+                return None
+            entries.append(data)
+        return entries
+
+    def apply(self, w: WriteSet, now_ms: int, prepared: _Prepared) -> None:
         """Write a transaction's buffered writes, its objects as `prepare` made them (the caller commits)."""
         txn, dbs = self._t, self._dbs
         objs = dbs[rec.OBJECTS]
+        time = now_ms.to_bytes(rec.TIME_SIZE, "big")
         for oid in w.deleted:
-            if self.record(oid) is not None:
+            value = self.find(oid)
+            if value is not None:
+                if packs.is_pack(value):
+                    self._unpack_survivors(oid, value, w.deleted)
                 txn.delete(rec.object_key(oid), db=objs)
-        if prepared:
-            time = now_ms.to_bytes(rec.TIME_SIZE, "big")
-            put, key = txn.put, rec.object_key
-            for oid, record in prepared:
-                if not put(key(oid), record, db=objs, overwrite=False):
-                    self._restamp(oid, time)
+        put, key = txn.put, rec.object_key
+        for oid, record in prepared.records:
+            if not put(key(oid), record, db=objs, overwrite=False):
+                self._restamp(oid, time)
+        for oid, pointer in prepared.pointers.items():
+            self._point(oid, pointer, time if oid in w.objects else None)
         _set_or_delete(txn, dbs[rec.REFS], w.refs)
         reflog = dbs[rec.REFLOG]
         for name in w.reflog_cleared:
@@ -419,6 +549,47 @@ class _Records:
                 seq += 1
         _set_or_delete(txn, dbs[rec.CONFIG], w.config)
 
+    def _point(self, oid: ObjectId, pointer: bytes, time: bytes | None) -> None:
+        """Make an entry's record the pointer into the pack that now holds it, written at `time` (None: an
+        entry this transaction does not write keeps its write time). One already kept in a pack stays
+        pointing there (written again, its time is refreshed)."""
+        key = rec.object_key(oid)
+        held = self._t.get(key, db=self._dbs[rec.OBJECTS])
+        if held is None:
+            if time is None:
+                return  # deleted by this transaction: nothing left to point
+            stamp = time
+        else:
+            if not rec.record_holds(held, oid):
+                raise _collision(oid, key, held)
+            if held[rec.HEAD_SIZE] == packs.PACKED:
+                if time is not None:
+                    self._restamp(oid, time)
+                return
+            stamp = time or bytes(held[:rec.TIME_SIZE])
+        self._t.put(key, rec.object_record(oid, stamp, pointer), db=self._dbs[rec.OBJECTS])
+
+    def _unpack_survivors(self, leaf: ObjectId, value: bytes, deleted: Iterable[ObjectId]) -> None:
+        """Before the leaf pack `leaf` is deleted: every entry that points into it and is not deleted too
+        gets a record of its own again (with its write time), so nothing reachable is lost."""
+        parts = self.pack_parts(leaf, value)
+        doomed = set(deleted)
+        node = parse_object(parts[0], trusted=True)
+        if not isinstance(node, SeqNode):
+            raise DamagedData(f"stored leaf pack {to_hex(leaf)} holds no leaf; run `ctxstore fsck`")
+        dict_id = self.current_dict()
+        frame = rec.packer(self._e.dicts.get(dict_id), dict_id)
+        objs = self._dbs[rec.OBJECTS]
+        for position, entry in enumerate(seq.packed_order(node.items)):
+            held = self.record(entry)
+            if entry in doomed or held is None or rec.record_value(held)[:1 + rec.KEY_SIZE] != (
+                    bytes([packs.PACKED]) + rec.object_key(leaf)):
+                continue
+            data = parts[position + 1]
+            self._t.put(rec.object_key(entry), rec.object_record(entry, bytes(held[:rec.TIME_SIZE]), frame(data)),
+                        db=objs)
+        self._packs.pop(leaf, None)
+
     def _restamp(self, oid: ObjectId, time: bytes) -> None:
         """Refresh the write time of an object already held (gc's grace then protects it again)."""
         key = rec.object_key(oid)
@@ -426,10 +597,7 @@ class _Records:
         if held is None:
             raise StoreError(f"object {to_hex(oid)} vanished while it was written; run `ctxstore fsck`")
         if not rec.record_holds(held, oid):
-            other = to_hex(rec.record_id(key, held))
-            raise StoreError(f"objects {to_hex(oid)} and {other} share their first {rec.KEY_SIZE} bytes, "
-                             "which this store cannot hold; nothing was written (report this: it should "
-                             "not happen)")
+            raise _collision(oid, key, held)
         if held[:rec.TIME_SIZE] != time:
             self._t.put(key, rec.restamped(held, time), db=self._dbs[rec.OBJECTS])
 
@@ -439,12 +607,22 @@ class _Records:
         rewritten: list[tuple[bytes, bytes]] = []
         for key, record in self._t.cursor(db=objs):
             value = rec.record_value(record)
-            if value[0] not in (codec.RAW, codec.ZSTD) or rec.canonical_size(value) > DICT_MAX_OBJECT:
+            head = 0
+            if value[0] == packs.LEAF_PACK:  # its payload is framed as a small object is
+                head = packs.FRAMED_AT
+            elif value[0] not in (codec.RAW, codec.ZSTD):
                 continue
-            oid = rec.record_id(key, record)
-            better = rec.stored_value(self.decode(oid, value), dictionary, dict_id)
-            if len(better) < len(value):
-                rewritten.append((bytes(key), bytes(record[:rec.HEAD_SIZE]) + better))
+            framed = value[head:]
+            if rec.canonical_size(framed) > DICT_MAX_OBJECT:
+                continue
+            try:
+                data = codec.decompress(framed, dictionaries=self._e.dicts)
+            except EncodingError as exc:
+                raise StoreError(f"stored object {to_hex(rec.record_id(key, record))} is corrupt ({exc}); "
+                                 "run `ctxstore fsck`") from None
+            better = rec.stored_value(data, dictionary, dict_id)
+            if len(better) < len(framed):
+                rewritten.append((bytes(key), bytes(record[:rec.HEAD_SIZE]) + value[:head] + better))
         for key, record in rewritten:
             self._t.put(key, record, db=objs)
 
@@ -453,6 +631,15 @@ class _Records:
         dict_id = self.current_dict() + 1
         self._t.put(rec.dict_key(dict_id), data, db=self._dbs[rec.DICTS])
         return dict_id
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What `_Records.prepare` made of a transaction's objects: their records, and the pointer value of
+    each entry a leaf pack it writes holds (written by `apply`, which sees what the entry's record is)."""
+
+    records: list[tuple[ObjectId, bytes]]
+    pointers: dict[ObjectId, bytes]
 
 
 def _write_samples(w: WriteSet) -> list[bytes]:
@@ -617,7 +804,7 @@ class LmdbStore(BatchWrites):
         auto = self._opts.auto_dictionary and bool(w.objects)
         # Made by the first attempt and kept for a retry after the map grew: the records, and a dictionary
         # trained on the write set (stored again by the retry, under the id the records name).
-        prepared: list[tuple[ObjectId, bytes]] = []
+        prepared: list[_Prepared] = []
         trained: list[tuple[int, zstandard.ZstdCompressionDict | None]] = []
         due: list[int] = []
 
@@ -639,9 +826,9 @@ class LmdbStore(BatchWrites):
                         prepared.clear()
                     if records.count() <= RECOMPRESS_OBJECTS:
                         records.recompress(dict_id, made)
-            if w.objects and not prepared:
-                prepared[:] = records.prepare(w, now, dict_id, dictionary)
-            records.apply(w, now, prepared)
+            if not prepared:
+                prepared.append(records.prepare(w, now, dict_id, dictionary))
+            records.apply(w, now, prepared[0])
             if auto and not trained:
                 held = records.count()
                 if held >= _TRAIN_AT.get(self.path, AUTO_DICT_OBJECTS) and records.current_dict() == 0:
@@ -693,6 +880,11 @@ class LmdbStore(BatchWrites):
         the environment's lock, not one per object); `MissingObject` names the first one absent."""
         with self._reading() as records:
             return records.get_many(oids)
+
+    def get_leaves(self, oids: list[ObjectId]) -> list[tuple[bytes, list[Any]]]:
+        """Closed leaves with the entries they are packed with (`LeafSource`), under one read transaction."""
+        with self._reading() as records:
+            return records.get_leaves(oids)
 
     def has(self, oid: ObjectId) -> bool:
         """Whether the object is held."""
@@ -776,7 +968,7 @@ class LmdbStore(BatchWrites):
         picked: list[bytes] = []
         with self._reading() as records:
             for oid, value in records.values():
-                if value[0] != DELTA and rec.canonical_size(value) <= DICT_MAX_OBJECT:
+                if value[0] not in (DELTA, packs.LEAF_PACK) and rec.canonical_size(value) <= DICT_MAX_OBJECT:
                     picked.append(records.decode(oid, value))
                     if len(picked) >= samples:
                         break

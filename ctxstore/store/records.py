@@ -8,7 +8,8 @@ database   key                                 value
 =========  ==================================  ==================================================
 objs       first 16 bytes of the object id     write time (ms, 6 bytes BE), last 16 bytes of the id,
                                                codec byte + (raw | zstd | dict id + zstd |
-                                               append delta, see `revisions`) bytes
+                                               append delta, see `revisions` | leaf pack or
+                                               pointer into one, see `packs`) bytes
 refs       ref name (UTF-8)                    object id (32 raw bytes)
 reflog     ref name, NUL, sequence (8 bytes)   a record (the refs layer encodes it)
 config     key (UTF-8)                         bytes
@@ -24,6 +25,7 @@ import zstandard
 
 from ..format import codec
 from ..ids import OID_SIZE, ObjectId
+from .packs import LEAF_PACK, PACKED, stored_size_of
 from .revisions import DELTA, parse_delta
 
 __all__ = [
@@ -141,6 +143,8 @@ def _incompressible(data: bytes, with_dictionary: bool) -> bool:
 def canonical_size(value: bytes) -> int:
     """An object's canonical size from its stored value, without decompressing it."""
     codec_byte = value[0]
+    if codec_byte in (LEAF_PACK, PACKED):
+        return stored_size_of(value)
     if codec_byte == codec.RAW:
         return len(value) - 1
     if codec_byte == DELTA:

@@ -1,0 +1,233 @@
+"""Leaf packs: a closed leaf of the sequence tree stored with its entries, compressed as one frame.
+
+A conversation is read a view at a time, and a view is its tree's leaves in order, each naming a few
+dozen entries. Stored one record per entry, reading 100,000 messages is 100,000 lookups, zstd calls and
+hashes, and each small message compresses poorly alone. So when a leaf closes (its chunk can never
+change again), the store keeps it as a *leaf pack*: one record, under the leaf's own id, holding the
+leaf's canonical bytes and the canonical bytes of every entry it names, compressed together; and each
+of those entries' own record becomes a *pointer* to it. Object ids, canonical bytes and everything above
+the store are unchanged: `get` of the leaf or of an entry returns the same bytes, checked against the
+id asked for; a reader of a whole view (`get_leaves`) takes a leaf's entries from its one record.
+
+Stored values (after the record's write time and id tail, `records`):
+
+- ``LEAF_PACK`` (0x04), ``seal`` (16 bytes), the leaf's canonical size (4 bytes big-endian), then the
+  payload framed as any small object is (a codec byte: raw, zstd, or dictionary id and zstd). The
+  payload is a canonical CBOR array: the leaf's canonical bytes as a byte string; an array with a byte
+  string per entry the leaf names (once each, in the order they first appear in it: `seq.packed_order`);
+  then one item per entry. For a chat entry (`chat_message_at`: four fields, the message last and exactly
+  a text role and a text content) the byte string is its canonical bytes up to its message and the item
+  is the message itself (a CBOR item of those bytes); for any other entry the byte string is all of its
+  canonical bytes and the item is null. The seal is the first 16 bytes of blake3(leaf id || payload).
+- ``PACKED`` (0x05), the leaf's record key (its first 16 id bytes), the entry's position among the
+  pack's entries (one byte), then the entry's canonical size (4 bytes big-endian).
+
+The writer packs a leaf only with entries whose bytes it has checked hash to their ids, and seals the
+payload after; a read checks the seal, the leaf's bytes against its id, and (read alone) an entry's
+bytes against its own. A reader of a whole pack relies on the seal for its entries, as a delta's reader
+relies on its check (`revisions`): a record damaged anywhere is refused. Because the messages are CBOR
+items of the payload, a reader of the whole view decodes a pack's messages in one call
+(`chat_messages`), and the writer's layout check stands for the read's check of each entry's shape.
+docs/storage.md specifies it.
+
+Pure functions over bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import blake3
+import cbor2
+
+from ..errors import DamagedData, EncodingError
+from ..ids import ObjectId, to_hex
+
+__all__ = ["FRAMED_AT", "LEAF_PACK", "MAX_ENTRIES", "MAX_PAYLOAD", "PACKED", "SEAL_SIZE", "chat_message_at",
+           "chat_messages", "is_pack", "pack_value", "payload_of", "pointer_target", "pointer_value", "split",
+           "stored_size_of"]
+
+LEAF_PACK = 0x04
+"""Codec byte of a closed leaf stored with its entries."""
+PACKED = 0x05
+"""Codec byte of an entry whose bytes are kept in a leaf pack."""
+SEAL_SIZE = 16
+_SIZE = 4
+FRAMED_AT = 1 + SEAL_SIZE + _SIZE
+"""Where a leaf pack's framed payload starts in its stored value."""
+MAX_ENTRIES = 255
+"""Most entries one pack holds (a pointer names its entry's position in one byte; a leaf holds at most
+128 items)."""
+MAX_PAYLOAD = 4 * 1024 * 1024
+"""A leaf whose entries come to more than this is not packed: its entries stay one record each (a read
+of one of them would otherwise inflate the whole pack)."""
+
+_KEY_SIZE = 16  # records.KEY_SIZE (records imports this module, so the number is repeated here)
+
+
+def _seal(leaf: ObjectId, payload: bytes) -> bytes:
+    return blake3.blake3(leaf + payload).digest()[:SEAL_SIZE]
+
+
+def _head(major: int, n: int) -> bytes:
+    """A CBOR head in its shortest form (n < 2**32)."""
+    base = major << 5
+    if n < 24:
+        return bytes([base | n])
+    if n < 0x100:
+        return bytes([base | 24, n])
+    if n < 0x10000:
+        return bytes([base | 25]) + n.to_bytes(2, "big")
+    return bytes([base | 26]) + n.to_bytes(4, "big")
+
+
+def pack_value(leaf: ObjectId, leaf_bytes: bytes, entries: Sequence[bytes],
+               frame: Callable[[bytes], bytes]) -> bytes:
+    """The stored value of a leaf packed with `entries` (canonical bytes, in `seq.packed_order`), its
+    payload framed by `frame` (the store's packer: raw, zstd or dictionary)."""
+    heads: list[bytes] = []
+    messages: list[bytes] = []
+    for data in entries:
+        cut = chat_message_at(data)
+        heads.append(data if cut is None else data[:cut])
+        messages.append(_NULL if cut is None else data[cut:])
+    payload = b"".join([_head(4, 2 + len(entries)), _head(2, len(leaf_bytes)), leaf_bytes, _head(4, len(heads)),
+                        *[_head(2, len(h)) + h for h in heads], *messages])
+    return bytes([LEAF_PACK]) + _seal(leaf, payload) + len(leaf_bytes).to_bytes(_SIZE, "big") + frame(payload)
+
+
+def chat_message_at(data: bytes) -> int | None:
+    """Where the message starts in the canonical bytes of a chat entry: four fields (``id``, non-empty;
+    ``kind``, a turn or a summary; ``type``; ``message``, last) whose message is exactly a text ``role``
+    and a text ``content``. None for any other object. Read from the bytes' layout, decoding nothing."""
+    if not data.startswith(_CHAT_START):
+        return None
+    at = _text_end(data, len(_CHAT_START))
+    if at is None or at == len(_CHAT_START) + 1:  # no id, or an empty one
+        return None
+    for middle in _CHAT_MIDDLES:
+        if data.startswith(middle, at):
+            message = at + len(middle)
+            break
+    else:
+        return None
+    at = _text_end(data, message + len(_MESSAGE_START))
+    if at is None or not data.startswith(_MESSAGE_START, message) or not data.startswith(_CONTENT_KEY, at):
+        return None
+    return message if _text_end(data, at + len(_CONTENT_KEY)) == len(data) else None
+
+
+_NULL = b"\xf6"
+_CHAT_START = b"\xa4bid"  # a map of four fields, the first "id"
+_CHAT_MIDDLES = tuple(b"dkind" + bytes([0x60 + len(kind)]) + kind.encode() + b"dtypeeentrygmessage"
+                      for kind in ("turn", "summary"))
+_MESSAGE_START = b"\xa2drole"  # a map of two fields, the first "role" (canonical order: shorter first)
+_CONTENT_KEY = b"gcontent"
+
+
+def _text_end(data: bytes, at: int) -> int | None:
+    """The end of the CBOR text string whose head is at `at`, or None if there is none there."""
+    if at >= len(data):
+        return None
+    head = data[at]
+    if 0x60 <= head < 0x78:
+        start, size = at + 1, head - 0x60
+    elif 0x78 <= head <= 0x7A:
+        width = 1 << (head - 0x78)
+        start = at + 1 + width
+        size = int.from_bytes(data[at + 1:start], "big")
+    else:
+        return None
+    end = start + size
+    return end if end <= len(data) else None
+
+
+def is_pack(value: bytes) -> bool:
+    """Whether a stored value is a leaf pack."""
+    return bool(value) and value[0] == LEAF_PACK
+
+
+def payload_of(leaf: ObjectId, value: bytes, unframe: Callable[[bytes], bytes]) -> bytes:
+    """A leaf pack's payload, its seal checked; `DamagedData` if the record is damaged. `unframe` undoes
+    the store's framing (`codec.decompress`)."""
+    try:
+        payload = unframe(value[FRAMED_AT:])
+    except EncodingError as exc:
+        raise _damaged(leaf, str(exc)) from None
+    if value[1:1 + SEAL_SIZE] != _seal(leaf, payload):
+        raise _damaged(leaf, "its seal does not match")
+    return payload
+
+
+def split(leaf: ObjectId, payload: bytes) -> list[bytes]:
+    """A sealed payload's parts as canonical bytes: the leaf's, then each entry's (what a read of one
+    entry checks against its id)."""
+    first = payload[0] if payload else 0
+    if 0x80 <= first < 0x98:
+        count, at = first - 0x80, 1
+    elif first in (0x98, 0x99):
+        at = 2 if first == 0x98 else 3
+        count = int.from_bytes(payload[1:at], "big")
+    else:
+        raise _damaged(leaf, "its payload is not an array")
+    stream = io.BytesIO(payload)
+    stream.seek(at)
+    decoder = cbor2.CBORDecoder(stream)
+    try:
+        leaf_bytes, heads = decoder.decode(), decoder.decode()
+        at = stream.tell()
+        ends = []
+        for _ in range(count - 2):
+            decoder.decode()
+            ends.append(stream.tell())
+    except (cbor2.CBORDecodeError, ValueError) as exc:
+        raise _damaged(leaf, f"its payload does not decode: {exc}") from None
+    if (type(leaf_bytes) is not bytes or type(heads) is not list or len(heads) != count - 2
+            or any(type(head) is not bytes for head in heads) or (ends[-1] if ends else at) != len(payload)):
+        raise _damaged(leaf, "its payload is not a leaf and its entries")
+    parts = [leaf_bytes]
+    for head, end in zip(heads, ends, strict=True):
+        message = payload[at:end]
+        parts.append(head if message == _NULL else head + message)
+        at = end
+    return parts
+
+
+def chat_messages(leaf: ObjectId, payload: bytes) -> tuple[bytes, list[Any]]:
+    """A sealed payload decoded in one call: the leaf's canonical bytes, and the message of each entry
+    in order, where the writer found the entry a chat entry (`chat_message_at`: so a map of a text
+    role and a text content), else None (read that entry whole)."""
+    try:
+        parts = cbor2.loads(payload)
+    except (cbor2.CBORDecodeError, ValueError) as exc:
+        raise _damaged(leaf, f"its payload does not decode: {exc}") from None
+    if type(parts) is not list or len(parts) < 2 or type(parts[0]) is not bytes or type(
+            parts[1]) is not list or len(parts[1]) != len(parts) - 2:
+        raise _damaged(leaf, "its payload is not a leaf and its entries")
+    return parts[0], parts[2:]
+
+
+def _damaged(leaf: ObjectId, why: str) -> DamagedData:
+    return DamagedData(f"stored leaf pack {to_hex(leaf)} is corrupt ({why}); run `ctxstore fsck`")
+
+
+def pointer_value(leaf: ObjectId, position: int, size: int) -> bytes:
+    """The stored value of an entry of `size` canonical bytes kept at `position` among the entries of
+    `leaf`'s pack."""
+    return bytes([PACKED]) + leaf[:_KEY_SIZE] + bytes([position]) + size.to_bytes(_SIZE, "big")
+
+
+def stored_size_of(value: bytes) -> int:
+    """The canonical size of a leaf pack's leaf, or of an entry kept in a pack, from its stored value."""
+    at = 1 + SEAL_SIZE if value[0] == LEAF_PACK else 2 + _KEY_SIZE
+    return int.from_bytes(value[at:at + _SIZE], "big")
+
+
+def pointer_target(oid: ObjectId, value: bytes) -> tuple[bytes, int]:
+    """The record key of the pack an entry's pointer names, and the entry's position in it."""
+    if len(value) != 2 + _KEY_SIZE + _SIZE:
+        raise DamagedData(f"stored entry {to_hex(oid)} is corrupt (a damaged pointer to its leaf pack); "
+                          "run `ctxstore fsck`")
+    return bytes(value[1:1 + _KEY_SIZE]), value[1 + _KEY_SIZE]

@@ -1,0 +1,273 @@
+"""Leaf packs (store/packs.py): a closed leaf stored with its entries, each entry's record a pointer.
+
+Nothing above the store may see a difference: every object reads back as the bytes it was written
+with, a render is the render of the same objects held one record each, and gc, damage and sharing
+between leaves behave as they do for objects stored alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import blake3
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctxstore import MessageHistory, Repository
+from ctxstore.errors import DamagedData
+from ctxstore.format import seq
+from ctxstore.format.objects import Entry, SeqNode, encode_object, entry_message, parse_object
+from ctxstore.ids import ObjectId, object_id
+from ctxstore.store import packs
+from ctxstore.store import records as rec
+from ctxstore.store.base import read_leaves
+from ctxstore.store.lmdb import LmdbStore
+from ctxstore.store.memory import MemoryStore
+
+
+def _chat(n: int) -> dict[str, Any]:
+    return {"role": "user" if n % 2 == 0 else "assistant", "content": f"message {n} " + "words " * (n % 7)}
+
+
+def _value(store: LmdbStore, oid: ObjectId) -> bytes:
+    env = store.environment
+    with env.env.begin() as txn:
+        return rec.record_value(txn.get(rec.object_key(oid), db=env.dbs[rec.OBJECTS]))
+
+
+def _leaves(objects: list[tuple[ObjectId, bytes]]) -> list[ObjectId]:
+    return [oid for oid, data in objects if seq.is_leaf_bytes(data)]
+
+
+def _damage(store: LmdbStore, oid: ObjectId, at: int) -> None:
+    env = store.environment
+    with env.env.begin(write=True) as txn:
+        key = rec.object_key(oid)
+        record = bytearray(txn.get(key, db=env.dbs[rec.OBJECTS]))
+        record[at] ^= 0x01
+        txn.put(key, bytes(record), db=env.dbs[rec.OBJECTS])
+
+
+# -- what is stored ------------------------------------------------------------------------------------
+
+def test_a_conversation_recorded_one_commit_each_has_its_closed_leaves_packed(tmp_path: Path) -> None:
+    repo = Repository.init(tmp_path / "r", durable=False)
+    history = repo.history("main")
+    twin = MemoryStore()
+    for n in range(300):
+        history = history.append(_chat(n))
+        twin.put_many(history.workspace.pending())
+        repo.commit("main", history)
+    store = repo.store
+    assert isinstance(store, LmdbStore)
+    leaves = _leaves([(oid, twin.get(oid)) for oid in twin])
+    assert len(leaves) >= 4  # about one leaf per 32 entries
+    assert {_value(store, oid)[0] for oid in leaves} == {packs.LEAF_PACK}
+    packed = {oid for leaf in leaves for oid in seq.packed_order(parse_object(twin.get(leaf)).items)}
+    assert {_value(store, oid)[0] for oid in packed} == {packs.PACKED}
+    # Every object reads back exactly, one at a time and in a batch; the entries not in a closed leaf
+    # (the spine's) keep a record of their own.
+    everything = sorted(twin)
+    assert [store.get(oid) for oid in everything] == [twin.get(oid) for oid in everything]
+    assert store.get_many(everything) == [twin.get(oid) for oid in everything]
+    entries = [oid for oid in everything if isinstance(parse_object(twin.get(oid)), Entry)]
+    assert 0 < len(set(entries) - packed) < 4 * seq.LEAF_TARGET
+    assert store.stats().object_bytes == sum(len(twin.get(oid)) for oid in everything)
+    reopened = Repository.open(tmp_path / "r")
+    assert reopened.history("main").render() == [_chat(n) for n in range(300)]
+    assert reopened.fsck().ok
+
+
+def test_a_bulk_import_packs_every_closed_leaf_and_renders_the_same(tmp_path: Path) -> None:
+    messages = [_chat(n) for n in range(3000)]
+    with Repository.init(tmp_path / "r", durable=False) as repo:
+        repo.commit("main", repo.history("main").extend(messages))
+    with Repository.open(tmp_path / "r") as repo:
+        assert repo.history("main").render() == messages
+        assert repo.history("main").render(repo.history("main").revision_id) == messages
+        assert [e.message for e in repo.history("main").refs()] == messages
+
+
+def test_get_leaves_gives_a_packed_leafs_chat_messages_and_none_for_other_entries(tmp_path: Path) -> None:
+    odd = {"role": "user", "content": [{"type": "text", "text": "a block"}]}
+    extra = {"role": "user", "content": "hi", "name": "ann"}
+    messages = [_chat(n) for n in range(200)] + [odd, extra] + [_chat(n) for n in range(200, 400)]
+    history = MessageHistory().extend(messages)
+    history = history.append({"role": "user", "content": "with meta"})
+    made = history.workspace.pending()
+    with LmdbStore(tmp_path / "s", durable=False) as store:
+        store.put_many(made)
+        twin = dict(made)
+        found = read_leaves(store, _leaves(made))
+        for (leaf, messages_of), oid in zip(found, _leaves(made), strict=True):
+            assert leaf == twin[oid]
+            order = seq.packed_order(parse_object(leaf).items)
+            assert len(messages_of) == len(order)
+            for entry, message in zip(order, messages_of, strict=True):
+                data = twin[entry]
+                expected = entry_message(data) if packs.chat_message_at(data) is not None else None
+                assert message == expected
+        assert any(None in m for _, m in found)  # the block and the extra field are read whole
+
+
+def test_a_view_that_names_an_entry_twice_renders_two_copies(tmp_path: Path) -> None:
+    with Repository.init(tmp_path / "r", durable=False) as repo:
+        history = repo.history("main").extend([_chat(n) for n in range(100)])
+        ids = [e.id for e in history.refs()]
+        twice = history.with_view(ids[:40] + ids[:40])
+        repo.commit("main", twice)
+    with Repository.open(tmp_path / "r") as repo:
+        view = repo.history("main").render()
+        assert view == [_chat(n) for n in range(40)] * 2
+        view[0]["content"] = "changed"
+        assert view[40]["content"] == _chat(0)["content"]
+
+
+# -- sharing, gc, damage -------------------------------------------------------------------------------
+
+def _view_leaves(store: LmdbStore, revision: str) -> set[ObjectId]:
+    spine = parse_object(store.get(ObjectId(bytes.fromhex(revision)))).seq
+    return {part for part in seq.leaf_refs(spine, lambda oids: [parse_object(store.get(o)) for o in oids])
+            if type(part) is not tuple}
+
+
+def test_deleting_a_pack_keeps_the_entries_another_leaf_still_names(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path / "s", durable=False) as store:
+        first = MessageHistory(source=store).extend([_chat(n) for n in range(200)])
+        store.put_many(first.workspace.pending())
+        # One more message at the front: a new first leaf holding the old one's entries, which stay
+        # pointing into the old one's pack.
+        second = MessageHistory(source=store, head=first.revision_id)
+        ids = [e.id for e in second.refs()]
+        second = second.append({"role": "user", "content": "front"})
+        second = second.with_view([[e.id for e in second.refs()][-1], *ids])
+        store.put_many(second.workspace.pending())
+        old = _view_leaves(store, first.revision_id) - _view_leaves(store, second.revision_id)
+        assert len(old) == 1
+        moved = seq.packed_order(parse_object(store.get(next(iter(old)))).items)
+        assert {_value(store, oid)[0] for oid in moved} == {packs.PACKED}
+        before = {oid: store.get(oid) for oid in moved}
+        assert store.delete_many(old) == 1
+        assert {_value(store, oid)[0] for oid in moved} != {packs.PACKED}  # records of their own again
+        assert {oid: store.get(oid) for oid in moved} == before
+        assert next(iter(old)) not in store
+        reread = MessageHistory(source=store, head=second.revision_id)
+        assert reread.render() == [{"role": "user", "content": "front"}] + [_chat(n) for n in range(200)]
+
+
+def test_gc_of_a_dropped_branch_deletes_its_packs_and_leaves_a_clean_store(tmp_path: Path) -> None:
+    with Repository.init(tmp_path / "r", durable=False) as repo:
+        base = repo.history("main").extend([_chat(n) for n in range(150)])
+        repo.commit("main", base)
+        side = base.fork().extend([_chat(n) for n in range(1000, 1200)])
+        repo.commit("side", side)
+        store = repo.store
+        assert isinstance(store, LmdbStore)
+        side_leaves = _view_leaves(store, side.revision_id) - _view_leaves(store, base.revision_id)
+        assert len(side_leaves) >= 3
+        held = len(store)
+        repo.delete_ref("side")
+        repo.expire_reflogs("refs/heads/side")
+        report = repo.gc(grace=0)
+        assert report.deleted >= 200 + len(side_leaves)
+        assert len(store) == held - report.deleted
+        assert not any(leaf in store for leaf in side_leaves)
+        assert repo.fsck().ok
+        assert repo.history("main").render() == [_chat(n) for n in range(150)]
+
+
+@pytest.mark.parametrize("where", ["seal", "payload", "pointer size", "pointer position"])
+def test_damage_to_a_pack_or_a_pointer_is_refused_not_returned(tmp_path: Path, where: str) -> None:
+    history = MessageHistory().extend([_chat(n) for n in range(300)])
+    made = history.workspace.pending()
+    with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
+        store.put_many(made)
+        leaf = _leaves(made)[0]
+        entry = seq.packed_order(parse_object(dict(made)[leaf]).items)[0]
+        if where == "seal":
+            _damage(store, leaf, rec.HEAD_SIZE + 1)
+        elif where == "payload":
+            _damage(store, leaf, -3)
+        elif where == "pointer size":
+            _damage(store, entry, -1)
+        else:
+            _damage(store, entry, rec.HEAD_SIZE + 1 + rec.KEY_SIZE)
+        with pytest.raises(DamagedData):
+            store.get(entry)
+        if where in ("seal", "payload"):
+            with pytest.raises(DamagedData):
+                store.get(leaf)
+            with pytest.raises(DamagedData):
+                store.get_leaves([leaf])
+            with pytest.raises(DamagedData):
+                MessageHistory(source=store, head=history.revision_id).render()
+
+
+# -- the format ----------------------------------------------------------------------------------------
+
+def test_a_pack_has_the_layout_docs_storage_md_gives() -> None:
+    """Known-answer vector (docs/storage.md, *Leaf packs*): a leaf of two chat entries and one other."""
+    chat = [encode_object(Entry(id=f"e{n}", kind="turn", message={"role": "user", "content": f"m{n}"}))[1]
+            for n in range(2)]
+    other = encode_object(Entry(id="e2", kind="turn", message={"role": "user", "content": "x"},
+                                meta={"k": 1}))[1]
+    entries = [*chat, other]
+    leaf_node = SeqNode(level=0, items=[[f"e{n}", object_id(e)] for n, e in enumerate(entries)])
+    leaf_bytes = encode_object(leaf_node)[1]
+    leaf = object_id(leaf_bytes)
+    value = packs.pack_value(leaf, leaf_bytes, entries, lambda payload: b"\x00" + payload)
+    assert value[0] == packs.LEAF_PACK
+    assert value[1 + packs.SEAL_SIZE:packs.FRAMED_AT] == len(leaf_bytes).to_bytes(4, "big")
+    payload = value[packs.FRAMED_AT + 1:]
+    heads = [e[:packs.chat_message_at(e)] for e in chat] + [other]
+    expected = (bytes([0x85]) + bytes([0x58, len(leaf_bytes)]) + leaf_bytes + bytes([0x83])
+                + b"".join(bytes([0x40 + len(h)]) + h if len(h) < 24 else bytes([0x58, len(h)]) + h for h in heads)
+                + b"".join(e[packs.chat_message_at(e):] for e in chat) + b"\xf6")
+    assert payload == expected
+    assert value[1:1 + packs.SEAL_SIZE] == blake3.blake3(leaf + payload).digest()[:16]
+    assert packs.split(leaf, payload) == [leaf_bytes, *entries]
+    assert packs.chat_messages(leaf, payload) == (leaf_bytes, [{"role": "user", "content": "m0"},
+                                                               {"role": "user", "content": "m1"}, None])
+    assert packs.pointer_value(leaf, 2, len(other)) == b"\x05" + leaf[:16] + b"\x02" + len(other).to_bytes(4, "big")
+
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+_messages = st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]), "content": _text}),
+    st.fixed_dictionaries({"role": st.just("user"), "content": _text, "name": _text}),
+    st.fixed_dictionaries({"role": st.just("user"),
+                           "content": st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _text}),
+                                               min_size=1, max_size=3)}),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.lists(_messages, min_size=1, max_size=80), min_size=1, max_size=6),
+       meta=st.booleans())
+def test_any_history_reads_back_from_packs_as_from_a_store_of_one_record_each(
+        tmp_path_factory: pytest.TempPathFactory, batches: list[list[dict[str, Any]]], meta: bool) -> None:
+    """Whatever is appended, in whatever batches: every object, and the render, are those of a store
+    that keeps an object per record."""
+    path = tmp_path_factory.mktemp("packs")
+    twin = MemoryStore()
+    with LmdbStore(path / "s", durable=False) as store:
+        history = MessageHistory(source=store)
+        for batch in batches:
+            if meta:
+                history = history.append({"message": batch[0], "meta": {"n": len(batch)}})
+                batch = batch[1:]
+            history = history.extend(batch)
+            made = history.workspace.pending()
+            twin.put_many(made)
+            store.put_many(made)
+            history.workspace.forget([oid for oid, _ in made])
+        everything = sorted(twin)
+        assert store.get_many(everything) == [twin.get(oid) for oid in everything]
+        assert MessageHistory(source=store, head=history.revision_id).render() == MessageHistory(
+            source=twin, head=history.revision_id).render()
+        for leaf in _leaves([(oid, twin.get(oid)) for oid in twin]):
+            order = seq.packed_order(parse_object(twin.get(leaf)).items)
+            if _value(store, leaf)[0] == packs.LEAF_PACK:
+                assert all(_value(store, oid)[0] == packs.PACKED for oid in order)
