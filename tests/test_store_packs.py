@@ -125,6 +125,43 @@ def test_a_view_that_names_an_entry_twice_renders_two_copies(tmp_path: Path) -> 
         assert view[40]["content"] == _chat(0)["content"]
 
 
+def _tool_output(n: int) -> dict[str, Any]:
+    """A message with a content block large enough to be kept as a blob."""
+    return {"role": "user", "content": [{"type": "text", "text": f"output {n} " + "line of a log\n" * 800}]}
+
+
+def test_the_blobs_a_leafs_entries_name_are_packed_with_them(tmp_path: Path) -> None:
+    messages = [_tool_output(n % 37) if n % 3 == 0 else _chat(n) for n in range(400)]  # repeated outputs
+    with Repository.init(tmp_path / "r", durable=False) as repo:
+        history = repo.history("main")
+        twin = MemoryStore()
+        for m in messages:
+            history = history.append(m)
+            twin.put_many(history.workspace.pending())
+            repo.commit("main", history)
+        store = repo.store
+        assert isinstance(store, LmdbStore)
+        blobs = [oid for oid in twin if parse_object(twin.get(oid)).to_value()["type"] == "blob"]
+        assert len(blobs) == 37
+        codecs = [_value(store, oid)[0] for oid in blobs]
+        assert codecs.count(packs.PACKED) >= 30  # all but those only the spine's entries name
+        everything = sorted(twin)
+        assert store.get_many(everything) == [twin.get(oid) for oid in everything]
+        assert store.stats().object_bytes == sum(len(twin.get(oid)) for oid in everything)
+    with Repository.open(tmp_path / "r") as repo:
+        assert repo.history("main").render() == messages
+        assert repo.fsck().ok
+        # A pack's blobs outlive it: deleting a leaf gives them records of their own again.
+        store = repo.store
+        assert isinstance(store, LmdbStore)
+        packed = [oid for oid in blobs if _value(store, oid)[0] == packs.PACKED]
+        leaf_keys = {_value(store, oid)[1:1 + rec.KEY_SIZE] for oid in packed}
+        leaves = [oid for oid in twin if oid[:rec.KEY_SIZE] in leaf_keys]
+        store.delete_many(leaves[:1])
+        for oid in packed:
+            assert store.get(oid) == twin.get(oid)
+
+
 # -- sharing, gc, damage -------------------------------------------------------------------------------
 
 def _view_leaves(store: LmdbStore, revision: str) -> set[ObjectId]:
@@ -217,17 +254,17 @@ def test_a_pack_has_the_layout_docs_storage_md_gives() -> None:
     leaf_node = SeqNode(level=0, items=[[f"e{n}", object_id(e)] for n, e in enumerate(entries)])
     leaf_bytes = encode_object(leaf_node)[1]
     leaf = object_id(leaf_bytes)
-    value = packs.pack_value(leaf, leaf_bytes, entries, lambda payload: b"\x00" + payload)
+    value = packs.pack_value(leaf, leaf_bytes, entries, [b"a blob"], lambda payload: b"\x00" + payload)
     assert value[0] == packs.LEAF_PACK
     assert value[1 + packs.SEAL_SIZE:packs.FRAMED_AT] == len(leaf_bytes).to_bytes(4, "big")
     payload = value[packs.FRAMED_AT + 1:]
     heads = [e[:packs.chat_message_at(e)] for e in chat] + [other]
-    expected = (bytes([0x85]) + bytes([0x58, len(leaf_bytes)]) + leaf_bytes + bytes([0x83])
+    expected = (bytes([0x86]) + bytes([0x58, len(leaf_bytes)]) + leaf_bytes + bytes([0x83])
                 + b"".join(bytes([0x40 + len(h)]) + h if len(h) < 24 else bytes([0x58, len(h)]) + h for h in heads)
-                + b"".join(e[packs.chat_message_at(e):] for e in chat) + b"\xf6")
+                + b"".join(e[packs.chat_message_at(e):] for e in chat) + b"\xf6" + b"\x46a blob")
     assert payload == expected
     assert value[1:1 + packs.SEAL_SIZE] == blake3.blake3(leaf + payload).digest()[:16]
-    assert packs.split(leaf, payload) == [leaf_bytes, *entries]
+    assert packs.split(leaf, payload) == [leaf_bytes, *entries, b"a blob"]
     assert packs.chat_messages(leaf, payload) == (leaf_bytes, [{"role": "user", "content": "m0"},
                                                                {"role": "user", "content": "m1"}, None])
     assert packs.pointer_value(leaf, 2, len(other)) == b"\x05" + leaf[:16] + b"\x02" + len(other).to_bytes(4, "big")

@@ -27,6 +27,7 @@ __all__ = [
     "SeqNode",
     "encode_entry",
     "encode_object",
+    "encode_turn",
     "entry_message",
     "fields_before_spine",
     "from_value",
@@ -349,24 +350,61 @@ _ENTRY_MIDDLE = {kind: b"dkind" + encode(kind) + b"dtypeeentrygmessage" for kind
 
 def encode_entry(entry: Entry) -> tuple[ObjectId, bytes]:
     """`encode_object` of an entry. One with no meta or sources whose message holds only text (a chat
-    turn, most of an import) is laid out directly: only its message goes through CBOR."""
+    turn, most of an import) is laid out directly: only its message goes through CBOR, and a message of
+    exactly a text role and content not even that (`encode_turn`)."""
     message = entry.message
     if (entry.meta is None and not entry.meta_null and entry.sources is None and entry.kind in _ENTRY_MIDDLE
-            and type(entry.id) is str and 0 < len(entry.id) < 64 and type(message) is dict
-            and ((len(message) == 2 and type(message.get("role")) is str and type(message.get("content")) is str)
-                 or all(type(k) is str and type(v) is str for k, v in message.items()))):
-        try:
-            ident = entry.id.encode("utf-8")
-            body = cbor2.dumps(message, canonical=True)
-        except UnicodeEncodeError:
-            pass  # a lone surrogate: the codec's own encoding says where
-        else:
-            size = len(ident)
-            head = bytes([0x60 + size]) if size < 24 else bytes([0x78, size])
-            data = b"".join((_ENTRY_START, head, ident, _ENTRY_MIDDLE[entry.kind], body))
-            if len(data) <= MAX_OBJECT_SIZE:
-                return object_id(data), data
+            and type(entry.id) is str and type(message) is dict):
+        if len(message) == 2 and type(role := message.get("role")) is str and type(
+                content := message.get("content")) is str:
+            encoded = encode_turn(entry.id, entry.kind, role, content)
+            if encoded is not None:
+                return encoded
+        elif all(type(k) is str and type(v) is str for k, v in message.items()):
+            try:
+                ident = entry.id.encode("utf-8")
+                body = cbor2.dumps(message, canonical=True)
+            except UnicodeEncodeError:
+                pass  # a lone surrogate: the codec's own encoding says where
+            else:
+                data = b"".join((_ENTRY_START, _text_head(len(ident)), ident, _ENTRY_MIDDLE[entry.kind], body))
+                if len(data) <= MAX_OBJECT_SIZE:
+                    return object_id(data), data
     return encode_object(entry)
+
+
+def encode_turn(entry_id: str, kind: str, role: str, content: str) -> tuple[ObjectId, bytes] | None:
+    """`encode_entry` of an entry of `kind` with no meta or sources whose message is ``{"role": role,
+    "content": content}``, every byte laid out here: the one shape of a bulk import, for which CBOR's
+    canonical encoder (it sorts every map's keys) would cost more than this whole layout.
+
+    None for what the codec must refuse, saying where (text with a lone surrogate), or an entry over the
+    object size limit: `encode_object` then says what is wrong.
+    """
+    if len(entry_id) + len(role) + len(content) > MAX_OBJECT_SIZE:
+        return None  # over the limit in characters already (and so every text's length fits its head)
+    try:
+        ident, role_text, content_text = entry_id.encode("utf-8"), role.encode("utf-8"), content.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    # Canonical key order: "role" before "content" (shorter first).
+    data = b"".join((_ENTRY_START, _text_head(len(ident)), ident, _ENTRY_MIDDLE[kind],
+                     b"\xa2drole", _text_head(len(role_text)), role_text,
+                     b"gcontent", _text_head(len(content_text)), content_text))
+    if len(data) > MAX_OBJECT_SIZE:
+        return None
+    return object_id(data), data
+
+
+_SHORT_TEXT_HEADS = [bytes([0x60 + size]) for size in range(24)] + [bytes([0x78, size]) for size in range(24, 256)]
+
+
+def _text_head(size: int) -> bytes:
+    """The canonical CBOR head of text of `size` UTF-8 bytes (below 2**32: text over the object size
+    limit is refused before): its major type and shortest length."""
+    if size < 256:
+        return _SHORT_TEXT_HEADS[size]
+    return b"\x79" + size.to_bytes(2, "big") if size < 0x10000 else b"\x7a" + size.to_bytes(4, "big")
 
 
 def entry_message(data: bytes) -> dict[str, Any] | None:

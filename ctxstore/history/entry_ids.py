@@ -13,7 +13,7 @@ __all__ = ["new_entry_id"]
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
 _MASK_130 = (1 << 130) - 1
 _PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
-_PREFIX_SHIFTS = range(120, 39, -10)
+_PREFIX_SHIFTS = range(120, 9, -10)
 
 
 class _IdSource:
@@ -25,8 +25,9 @@ class _IdSource:
     def reset(self) -> None:
         self.node = int.from_bytes(os.urandom(6), "big")
         self.counter = itertools.count(int.from_bytes(os.urandom(4), "big"))
-        self.ms = -1
-        self.prefix: str | None = None
+        # The id's first 12 pairs of digits, and the millisecond and run of 1,024 counts they spell: one
+        # value, read and replaced whole, so a thread never takes one run's prefix for another's.
+        self.spelled = (-1, "")
 
 
 _IDS = _IdSource()
@@ -42,16 +43,16 @@ def new_entry_id() -> str:
     Ids sort by creation time, and a process's ids share their middle characters, so a run of them
     compresses to a few bytes each (the random part is drawn once per process, not once per id).
     """
-    ms = time.time_ns() // 1_000_000
     ids = _IDS
-    if ms != ids.ms or ids.prefix is None:
+    ms = time.time_ns() // 1_000_000
+    count = next(ids.counter) & 0xFFFFFFFF
+    run = ms << 22 | count >> 10
+    spelled = ids.spelled
+    if spelled[0] != run:
         check_time_ms(ms, "the system clock")
-        # The first 9 pairs of digits (bits 40-129) are the time and the node's high bits: the same for
-        # every id of a millisecond, so an import spells them once per millisecond, not once per id.
-        value = ((ms << 80) | (ids.node << 32)) & _MASK_130
-        ids.ms, ids.prefix = ms, "".join([_PAIRS[(value >> shift) & 0x3FF] for shift in _PREFIX_SHIFTS])
-    low = ((ids.node & 0xFF) << 32) | (next(ids.counter) & 0xFFFFFFFF)
-    # 26 base-32 digits are 130 bits: 13 pairs of digits, each looked up by its 10 bits (an import makes
-    # an id per message, and base64.b32encode is a Python loop).
-    pairs = _PAIRS
-    return ids.prefix + pairs[low >> 30] + pairs[(low >> 20) & 0x3FF] + pairs[(low >> 10) & 0x3FF] + pairs[low & 0x3FF]
+        # 26 base-32 digits are 130 bits: 13 pairs of digits, each spelling 10 bits. All but the last pair
+        # are the same for every id of a millisecond and a run of 1,024 counts, so an import spells them
+        # once per millisecond, not once per id (and base64.b32encode would be a Python loop).
+        value = ((ms << 80) | (ids.node << 32) | count) & _MASK_130
+        spelled = ids.spelled = (run, "".join([_PAIRS[(value >> shift) & 0x3FF] for shift in _PREFIX_SHIFTS]))
+    return spelled[1] + _PAIRS[count & 0x3FF]

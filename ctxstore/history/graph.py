@@ -20,7 +20,7 @@ from ..errors import DamagedData, DuplicateEntryId, InvalidInput, InvalidObject,
 from ..format import seq
 from ..format.objects import Revision
 from ..ids import ObjectId, from_hex, to_hex
-from .intake import intake_entry
+from .intake import intake_entry, intake_turn
 from .workspace import Workspace
 
 __all__ = ["Graph", "readable_revision"]
@@ -170,7 +170,16 @@ class Graph:
         ws = self.workspace
         out: list[tuple[str, ObjectId]] = []
         seen: dict[str, ObjectId] = {} if made is None else made
+        turns = sources is None and kind in (None, "turn")
         for value in inputs:
+            turn = intake_turn(value) if turns else None
+            if turn is not None:
+                # A chat turn (most of an import): a new id, so nothing to check, and no blobs.
+                oid, data, entry = turn
+                seen[entry.id] = oid
+                out.append((entry.id, oid))
+                ws.put_encoded(oid, data, entry)
+                continue
             entry, encoded, blobs, explicit = intake_entry(value, kind=kind, sources=sources)
             oid = encoded[0]
             if explicit:

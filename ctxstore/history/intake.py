@@ -7,7 +7,17 @@ from typing import Any, NamedTuple
 
 from ..errors import EncodingError, InvalidInput
 from ..format.codec import MAX_DEPTH, encode
-from ..format.objects import BLOB_THRESHOLD, ENTRY_KINDS, PATCH_OPS, Blob, Entry, Object, encode_entry, encode_object
+from ..format.objects import (
+    BLOB_THRESHOLD,
+    ENTRY_KINDS,
+    PATCH_OPS,
+    Blob,
+    Entry,
+    Object,
+    encode_entry,
+    encode_object,
+    encode_turn,
+)
 from ..ids import ObjectId
 from .entry_ids import new_entry_id
 
@@ -19,6 +29,7 @@ __all__ = [
     "expand_message",
     "intake_copy",
     "intake_entry",
+    "intake_turn",
     "plain_copy",
     "stored_patch",
 ]
@@ -96,18 +107,33 @@ class Intake(NamedTuple):
     explicit: bool
 
 
+def intake_turn(value: Any) -> tuple[ObjectId, bytes, Entry] | None:
+    """A chat turn given as its message (a text role and a text content under the blob threshold: most
+    of an import) as its encoded entry under a new id, or None for any other input.
+
+    What `intake_entry` makes of such a message, without its general work: there is nothing to copy
+    deeply, check or take out as a blob, and the entry's bytes are laid out directly (`encode_turn`).
+    Text the codec refuses is None too, so that the general path says where it goes wrong.
+    """
+    if type(value) is not dict or len(value) != 2:
+        return None
+    role, content = value.get("role"), value.get("content")
+    if type(role) is not str or type(content) is not str or 4 * len(content) + 5 >= BLOB_THRESHOLD:
+        return None
+    entry_id = new_entry_id()
+    encoded = encode_turn(entry_id, "turn", role, content)
+    if encoded is None:
+        return None
+    oid, data = encoded
+    return oid, data, Entry(entry_id, "turn", dict(value))
+
+
 def intake_entry(value: Any, *, kind: str | None = None, sources: list[str] | None = None) -> Intake:
     """An entry input as a stored, encoded entry (deep-copied and checked), with its blobs."""
-    if (type(value) is dict and len(value) == 2 and type(value.get("role")) is str
-            and type(content := value.get("content")) is str and 4 * len(content) + 5 < BLOB_THRESHOLD
-            and sources is None and kind in (None, "turn")):
-        # A chat turn given as its message (most of an import): nothing to copy deeply or take out as a blob.
-        entry = Entry(new_entry_id(), "turn", dict(value), None, None, False)
-        try:
-            oid, data = encode_entry(entry)
-        except EncodingError as exc:
-            raise InvalidInput(f"entry cannot be stored: {exc}") from None
-        return Intake(entry, (oid, data, entry), [], False)
+    if sources is None and kind in (None, "turn"):
+        turn = intake_turn(value)
+        if turn is not None:
+            return Intake(turn[2], turn, [], False)
     value = intake_copy(value)
     if not isinstance(value, dict):
         raise InvalidInput(f"an entry is a message dict or {{'message': ...}}, not {type(value).__name__}")

@@ -23,7 +23,7 @@ from ..errors import CtxStoreError, DamagedData, EncodingError, MissingObject, N
 from ..format import codec, seq
 from ..format.codec import check_time_ms
 from ..format.codec import now_ms as _now_ms
-from ..format.objects import Revision, SeqNode, parse_object, revision_header
+from ..format.objects import Entry, Revision, SeqNode, parse_object, revision_header
 from ..ids import OID_SIZE, ObjectId, object_id, to_hex
 from . import packs, revisions
 from . import records as rec
@@ -49,7 +49,9 @@ RECOMPRESS_OBJECTS = 8 * AUTO_DICT_OBJECTS
 """A store holding at most this many objects rewrites them with its first dictionary (a recorded chat);
 a larger one keeps their encoding (a rewrite costs a decode and a compression per object)."""
 _ITER_BATCH = 4096
-_PACKS_HELD = 8
+_PACKS_HELD = 32
+_PACKS: dict[tuple[ObjectId, bytes], list[bytes]] = {}
+"""Leaf packs this process read lately, split into their parts, by leaf id and seal."""
 _TRAIN_AT: dict[str, int] = {}
 _REVISIONS = revisions.RevisionCache()
 """Revisions this process rebuilt or wrote lately, shared by its stores (ids are content hashes)."""
@@ -71,13 +73,12 @@ class _Records:
     """The store's records as one LMDB transaction sees them; it is also the `Snapshot` a `Transaction`
     reads through."""
 
-    __slots__ = ("_dbs", "_e", "_packs", "_t")
+    __slots__ = ("_dbs", "_e", "_t")
 
     def __init__(self, env: Environment, txn: lmdb.Transaction[bytes]) -> None:
         self._e = env
         self._t = txn
         self._dbs = env.dbs
-        self._packs: dict[ObjectId, list[bytes]] = {}  # leaf packs read lately: entries are read in runs
 
     # -- objects ------------------------------------------------------------------------------------------
 
@@ -156,13 +157,14 @@ class _Records:
 
     def pack_parts(self, leaf: ObjectId, value: bytes) -> list[bytes]:
         """A leaf pack's parts, the leaf's canonical bytes then its entries' (`packs.payload_of`: the seal
-        checked), from the few this read holds decoded."""
-        parts = self._packs.get(leaf)
+        checked), from the few this process holds decoded (a view's entries and blobs are read in runs)."""
+        held = (leaf, value[1:1 + packs.SEAL_SIZE])  # the seal names the payload: a pack written again
+        parts = _PACKS.get(held)                   # with other blobs is another entry here
         if parts is None:
             parts = packs.split(leaf, packs.payload_of(leaf, value, self.unframe))
-            if len(self._packs) >= _PACKS_HELD:
-                self._packs.clear()
-            self._packs[leaf] = parts
+            if len(_PACKS) >= _PACKS_HELD:
+                _PACKS.clear()
+            _PACKS[held] = parts
         return parts
 
     def unframe(self, value: bytes) -> bytes:
@@ -459,16 +461,18 @@ class _Records:
                 if value is None:
                     value = small(data) if len(data) <= DICT_MAX_OBJECT else large(data)
             out.append((oid, record(oid, time, value)))
-        return _Prepared(out, pointers)
+        return _Prepared(sorted([(oid, record, False) for oid, record in out]
+                                + [(oid, pointer, True) for oid, pointer in pointers.items()]))
 
     def leaf_packs(self, w: WriteSet, frame: Callable[[bytes], bytes]
                    ) -> tuple[dict[ObjectId, bytes], dict[ObjectId, bytes]]:
         """The leaf packs of the closed leaves a transaction writes (`store.packs`), by leaf id, and the
-        pointer value of each entry they hold, by entry id.
+        pointer value of each object they hold, by its id.
 
         A leaf is packed only when every entry it names is at hand (written by this transaction, checked
         here against its id, or already stored) and they fit `packs.MAX_PAYLOAD`; otherwise its entries
-        keep a record each. An entry held by two packs points to the first.
+        keep a record each. The blobs its entries name go in with them while they fit, unless another
+        pack holds them already. An object held by two packs points to the first.
         """
         packed: dict[ObjectId, bytes] = {}
         pointers: dict[ObjectId, bytes] = {}
@@ -488,9 +492,12 @@ class _Records:
             entries = self._pack_entries(order, written)
             if entries is None:
                 continue
-            packed[oid] = packs.pack_value(oid, data, entries, frame)
-            for position, (entry, entry_bytes) in enumerate(zip(order, entries, strict=True)):
-                pointers.setdefault(entry, packs.pointer_value(oid, position, len(entry_bytes)))
+            blobs = self._pack_blobs(entries, written, pointers, packs.MAX_PAYLOAD - sum(map(len, entries)),
+                                     packs.MAX_ENTRIES - len(entries))
+            packed[oid] = packs.pack_value(oid, data, entries, [b for _, b in blobs], frame)
+            held = [*zip(order, entries, strict=True), *blobs]
+            for position, (part, part_bytes) in enumerate(held):
+                pointers.setdefault(part, packs.pointer_value(oid, position, len(part_bytes)))
         return packed, pointers
 
     def _pack_entries(self, order: list[ObjectId], written: Mapping[ObjectId, bytes]) -> list[bytes] | None:
@@ -499,22 +506,56 @@ class _Records:
         entries: list[bytes] = []
         total = 0
         for entry in order:
-            data = written.get(entry)
+            data = self._at_hand(entry, written)
             if data is None:
-                value = self.find(entry)
-                if value is None:
-                    return None
-                try:
-                    data = self.canonical(entry, value)
-                except CtxStoreError:
-                    return None
-            elif object_id(data) != entry:
                 return None
             total += len(data)
             if total > packs.MAX_PAYLOAD:
                 return None
             entries.append(data)
         return entries
+
+    def _pack_blobs(self, entries: list[bytes], written: Mapping[ObjectId, bytes], chosen: Mapping[ObjectId, bytes],
+                    room: int, count: int) -> list[tuple[ObjectId, bytes]]:
+        """The blobs a leaf's entries name that go in its pack: each at hand and checked against its id,
+        not held in a pack already (or chosen by another pack of this transaction), in the order they are
+        named, while they fit in `room` bytes and `count` parts."""
+        out: list[tuple[ObjectId, bytes]] = []
+        for data in entries:
+            if packs.chat_message_at(data) is not None:
+                continue  # a chat entry names no blob
+            try:
+                entry = parse_object(data, trusted=True)
+            except CtxStoreError:
+                continue
+            if not isinstance(entry, Entry):
+                continue
+            for blob in entry.blob_ids():
+                if blob in chosen or any(blob == oid for oid, _ in out):
+                    continue
+                value = None if blob in written else self.find(blob)
+                if value is not None and value[0] in (packs.PACKED, packs.LEAF_PACK):
+                    continue
+                found = self._at_hand(blob, written)
+                if found is None or len(found) > room or len(found) > packs.MAX_BLOB or len(out) >= count:
+                    continue
+                room -= len(found)
+                out.append((blob, found))
+        return out
+
+    def _at_hand(self, oid: ObjectId, written: Mapping[ObjectId, bytes]) -> bytes | None:
+        """An object's canonical bytes, checked against its id, from a transaction's writes or the store;
+        None if it is in neither, or damaged."""
+        data = written.get(oid)
+        if data is None:
+            value = self.find(oid)
+            if value is None:
+                return None
+            try:
+                return self.canonical(oid, value)
+            except CtxStoreError:
+                return None
+        return data if object_id(data) == oid else None
 
     def apply(self, w: WriteSet, now_ms: int, prepared: _Prepared) -> None:
         """Write a transaction's buffered writes, its objects as `prepare` made them (the caller commits)."""
@@ -528,11 +569,11 @@ class _Records:
                     self._unpack_survivors(oid, value, w.deleted)
                 txn.delete(rec.object_key(oid), db=objs)
         put, key = txn.put, rec.object_key
-        for oid, record in prepared.records:
-            if not put(key(oid), record, db=objs, overwrite=False):
+        for oid, value, pointer in prepared.writes:
+            if pointer:
+                self._point(oid, value, time if oid in w.objects else None)
+            elif not put(key(oid), value, db=objs, overwrite=False):
                 self._restamp(oid, time)
-        for oid, pointer in prepared.pointers.items():
-            self._point(oid, pointer, time if oid in w.objects else None)
         _set_or_delete(txn, dbs[rec.REFS], w.refs)
         reflog = dbs[rec.REFLOG]
         for name in w.reflog_cleared:
@@ -570,25 +611,22 @@ class _Records:
         self._t.put(key, rec.object_record(oid, stamp, pointer), db=self._dbs[rec.OBJECTS])
 
     def _unpack_survivors(self, leaf: ObjectId, value: bytes, deleted: Iterable[ObjectId]) -> None:
-        """Before the leaf pack `leaf` is deleted: every entry that points into it and is not deleted too
-        gets a record of its own again (with its write time), so nothing reachable is lost."""
+        """Before the leaf pack `leaf` is deleted: every object that points into it and is not deleted
+        too gets a record of its own again (with its write time), so nothing reachable is lost."""
         parts = self.pack_parts(leaf, value)
         doomed = set(deleted)
-        node = parse_object(parts[0], trusted=True)
-        if not isinstance(node, SeqNode):
-            raise DamagedData(f"stored leaf pack {to_hex(leaf)} holds no leaf; run `ctxstore fsck`")
         dict_id = self.current_dict()
         frame = rec.packer(self._e.dicts.get(dict_id), dict_id)
         objs = self._dbs[rec.OBJECTS]
-        for position, entry in enumerate(seq.packed_order(node.items)):
-            held = self.record(entry)
-            if entry in doomed or held is None or rec.record_value(held)[:1 + rec.KEY_SIZE] != (
-                    bytes([packs.PACKED]) + rec.object_key(leaf)):
+        into = bytes([packs.PACKED]) + rec.object_key(leaf)
+        for data in parts[1:]:
+            oid = object_id(data)
+            held = None if oid in doomed else self.record(oid)
+            if held is None or rec.record_value(held)[:len(into)] != into:
                 continue
-            data = parts[position + 1]
-            self._t.put(rec.object_key(entry), rec.object_record(entry, bytes(held[:rec.TIME_SIZE]), frame(data)),
+            self._t.put(rec.object_key(oid), rec.object_record(oid, bytes(held[:rec.TIME_SIZE]), frame(data)),
                         db=objs)
-        self._packs.pop(leaf, None)
+
 
     def _restamp(self, oid: ObjectId, time: bytes) -> None:
         """Refresh the write time of an object already held (gc's grace then protects it again)."""
@@ -635,11 +673,12 @@ class _Records:
 
 @dataclass(frozen=True)
 class _Prepared:
-    """What `_Records.prepare` made of a transaction's objects: their records, and the pointer value of
-    each entry a leaf pack it writes holds (written by `apply`, which sees what the entry's record is)."""
+    """What `_Records.prepare` made of a transaction's objects, in key order (B-tree pages filled in
+    order are filled full; a large commit into a new store takes about a third fewer pages): each
+    object's record, or (True) the pointer value of an object a leaf pack it writes holds, which `apply`
+    writes seeing what the object's record is."""
 
-    records: list[tuple[ObjectId, bytes]]
-    pointers: dict[ObjectId, bytes]
+    writes: list[tuple[ObjectId, bytes, bool]]
 
 
 def _write_samples(w: WriteSet) -> list[bytes]:

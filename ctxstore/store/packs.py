@@ -45,7 +45,7 @@ import cbor2
 from ..errors import DamagedData, EncodingError
 from ..ids import ObjectId, to_hex
 
-__all__ = ["FRAMED_AT", "LEAF_PACK", "MAX_ENTRIES", "MAX_PAYLOAD", "PACKED", "SEAL_SIZE", "chat_message_at",
+__all__ = ["FRAMED_AT", "LEAF_PACK", "MAX_BLOB", "MAX_ENTRIES", "MAX_PAYLOAD", "PACKED", "SEAL_SIZE", "chat_message_at",
            "chat_messages", "is_pack", "pack_value", "payload_of", "pointer_target", "pointer_value", "split",
            "stored_size_of"]
 
@@ -60,6 +60,8 @@ FRAMED_AT = 1 + SEAL_SIZE + _SIZE
 MAX_ENTRIES = 255
 """Most entries one pack holds (a pointer names its entry's position in one byte; a leaf holds at most
 128 items)."""
+MAX_BLOB = 256 * 1024
+"""Larger blobs are not packed (a read of the pack would carry them for every entry read)."""
 MAX_PAYLOAD = 4 * 1024 * 1024
 """A leaf whose entries come to more than this is not packed: its entries stay one record each (a read
 of one of them would otherwise inflate the whole pack)."""
@@ -83,18 +85,20 @@ def _head(major: int, n: int) -> bytes:
     return bytes([base | 26]) + n.to_bytes(4, "big")
 
 
-def pack_value(leaf: ObjectId, leaf_bytes: bytes, entries: Sequence[bytes],
+def pack_value(leaf: ObjectId, leaf_bytes: bytes, entries: Sequence[bytes], blobs: Sequence[bytes],
                frame: Callable[[bytes], bytes]) -> bytes:
-    """The stored value of a leaf packed with `entries` (canonical bytes, in `seq.packed_order`), its
-    payload framed by `frame` (the store's packer: raw, zstd or dictionary)."""
+    """The stored value of a leaf packed with `entries` (canonical bytes, in `seq.packed_order`) and
+    `blobs` (canonical bytes of blobs they name), its payload framed by `frame` (the store's packer:
+    raw, zstd or dictionary)."""
     heads: list[bytes] = []
     messages: list[bytes] = []
     for data in entries:
         cut = chat_message_at(data)
         heads.append(data if cut is None else data[:cut])
         messages.append(_NULL if cut is None else data[cut:])
-    payload = b"".join([_head(4, 2 + len(entries)), _head(2, len(leaf_bytes)), leaf_bytes, _head(4, len(heads)),
-                        *[_head(2, len(h)) + h for h in heads], *messages])
+    payload = b"".join([_head(4, 2 + len(entries) + len(blobs)), _head(2, len(leaf_bytes)), leaf_bytes,
+                        _head(4, len(heads)), *[_head(2, len(h)) + h for h in heads], *messages,
+                        *[_head(2, len(b)) + b for b in blobs]])
     return bytes([LEAF_PACK]) + _seal(leaf, payload) + len(leaf_bytes).to_bytes(_SIZE, "big") + frame(payload)
 
 
@@ -184,14 +188,18 @@ def split(leaf: ObjectId, payload: bytes) -> list[bytes]:
             ends.append(stream.tell())
     except (cbor2.CBORDecodeError, ValueError) as exc:
         raise _damaged(leaf, f"its payload does not decode: {exc}") from None
-    if (type(leaf_bytes) is not bytes or type(heads) is not list or len(heads) != count - 2
+    if (type(leaf_bytes) is not bytes or type(heads) is not list or len(heads) > count - 2
             or any(type(head) is not bytes for head in heads) or (ends[-1] if ends else at) != len(payload)):
         raise _damaged(leaf, "its payload is not a leaf and its entries")
     parts = [leaf_bytes]
-    for head, end in zip(heads, ends, strict=True):
+    for head, end in zip(heads, ends, strict=False):
         message = payload[at:end]
         parts.append(head if message == _NULL else head + message)
         at = end
+    blobs = cbor2.loads(b"".join([_head(4, len(ends) - len(heads)), payload[at:]]))
+    if any(type(blob) is not bytes for blob in blobs):
+        raise _damaged(leaf, "its payload holds a blob that is not a byte string")
+    parts.extend(blobs)
     return parts
 
 
@@ -204,9 +212,9 @@ def chat_messages(leaf: ObjectId, payload: bytes) -> tuple[bytes, list[Any]]:
     except (cbor2.CBORDecodeError, ValueError) as exc:
         raise _damaged(leaf, f"its payload does not decode: {exc}") from None
     if type(parts) is not list or len(parts) < 2 or type(parts[0]) is not bytes or type(
-            parts[1]) is not list or len(parts[1]) != len(parts) - 2:
+            parts[1]) is not list or len(parts[1]) > len(parts) - 2:
         raise _damaged(leaf, "its payload is not a leaf and its entries")
-    return parts[0], parts[2:]
+    return parts[0], parts[2:2 + len(parts[1])]
 
 
 def _damaged(leaf: ObjectId, why: str) -> DamagedData:
