@@ -254,7 +254,8 @@ def test_a_pack_has_the_layout_docs_storage_md_gives() -> None:
     leaf_node = SeqNode(level=0, items=[[f"e{n}", object_id(e)] for n, e in enumerate(entries)])
     leaf_bytes = encode_object(leaf_node)[1]
     leaf = object_id(leaf_bytes)
-    value = packs.pack_value(leaf, leaf_bytes, entries, [b"a blob"], lambda payload: b"\x00" + payload)
+    value = packs.pack_value(leaf, leaf_bytes, [(e, packs.chat_message_at(e)) for e in entries], [b"a blob"],
+                             lambda payload: b"\x00" + payload)
     assert value[0] == packs.LEAF_PACK
     assert value[1 + packs.SEAL_SIZE:packs.FRAMED_AT] == len(leaf_bytes).to_bytes(4, "big")
     payload = value[packs.FRAMED_AT + 1:]
@@ -268,6 +269,19 @@ def test_a_pack_has_the_layout_docs_storage_md_gives() -> None:
     assert packs.chat_messages(leaf, payload) == (leaf_bytes, [{"role": "user", "content": "m0"},
                                                                {"role": "user", "content": "m1"}, None])
     assert packs.pointer_value(leaf, 2, len(other)) == b"\x05" + leaf[:16] + b"\x02" + len(other).to_bytes(4, "big")
+    # The vector docs/format.md gives, byte for byte.
+    assert leaf.hex().startswith("c2fe44c7") and leaf.hex().endswith("17c0")
+    assert value.hex() == _DOC_VECTOR
+    assert packs.pointer_value(leaf, 2, len(other)).hex() == "05c2fe44c7160376733138f99bd48b55a50200000042"
+
+
+def _doc_vector() -> str:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "format.md").read_text()
+    block = text.split("payload framed raw (`0x00`):", 1)[1].split("```", 2)[1]
+    return "".join(block.split())
+
+
+_DOC_VECTOR = _doc_vector()
 
 
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)

@@ -26,6 +26,7 @@ __all__ = [
     "MAX_TIME_MS",
     "SEMANTIC_TAGS",
     "bounded_loads",
+    "cbor_head",
     "check_time_ms",
     "compress",
     "compressor",
@@ -253,6 +254,21 @@ def _why_not_canonical(data: bytes, again: bytes) -> str:
     at = next((i for i, (a, b) in enumerate(zip(data, again, strict=False)) if a != b), min(len(data), len(again)))
     return (f"not canonical CBOR: differs from its canonical form at byte {at} "
             "(unsorted or duplicate map keys, non-shortest integer, length or float, or indefinite length)")
+
+
+def cbor_head(major: int, n: int) -> bytes:
+    """A CBOR item head (major type `major`, argument `n` < 2**64) in its shortest form, as canonical CBOR
+    writes it: for the encoders that lay out bytes directly."""
+    base = major << 5
+    if n < 24:
+        return bytes([base | n])
+    if n < 0x100:
+        return bytes([base | 24, n])
+    if n < 0x10000:
+        return bytes([base | 25]) + n.to_bytes(2, "big")
+    if n < 0x100000000:
+        return bytes([base | 26]) + n.to_bytes(4, "big")
+    return bytes([base | 27]) + n.to_bytes(8, "big")
 
 
 # Stored values start with a codec byte, so the storage format can evolve without rehashing.

@@ -24,7 +24,7 @@ import blake3
 
 from ..errors import InvalidInput, InvalidObject
 from ..ids import ObjectId, object_id
-from .codec import encode
+from .codec import cbor_head, encode
 from .objects import SPINE_KEY, Object, Revision, SeqNode, encode_object
 
 __all__ = [
@@ -77,21 +77,7 @@ _LEAF_END = _LEVEL_KEY + b"\x00"
 _OID_HEAD = b"\x58\x20"
 
 
-def _head(major: int, n: int) -> bytes:
-    """A CBOR item head in its shortest form (n < 2**64)."""
-    base = major << 5
-    if n < 24:
-        return bytes([base | n])
-    if n < 0x100:
-        return bytes([base | 24, n])
-    if n < 0x10000:
-        return bytes([base | 25]) + n.to_bytes(2, "big")
-    if n < 0x100000000:
-        return bytes([base | 26]) + n.to_bytes(4, "big")
-    return bytes([base | 27]) + n.to_bytes(8, "big")
-
-
-_SMALL_HEADS = [[_head(major, n) for n in range(256)] for major in range(8)]
+_SMALL_HEADS = [[cbor_head(major, n) for n in range(256)] for major in range(8)]
 
 
 def _text(value: Any) -> bytes | None:
@@ -104,7 +90,7 @@ def _text(value: Any) -> bytes | None:
     except UnicodeEncodeError:
         return None
     size = len(text)
-    return (_SMALL_HEADS[3][size] if size < 256 else _head(3, size)) + text
+    return (_SMALL_HEADS[3][size] if size < 256 else cbor_head(3, size)) + text
 
 
 def _encode_items(items: list[Any], level: int) -> list[bytes] | None:
@@ -140,13 +126,13 @@ def _encode_items(items: list[Any], level: int) -> list[bytes] | None:
             elif second < 0x10000:
                 count = b"\x19" + second.to_bytes(2, "big")
             else:
-                count = _head(0, second)
+                count = cbor_head(0, second)
             append(b"\x82" + _OID_HEAD + first + count)
     return parts
 
 
 def _array_head(n: int) -> bytes:
-    return _SMALL_HEADS[4][n] if n < 256 else _head(4, n)
+    return _SMALL_HEADS[4][n] if n < 256 else cbor_head(4, n)
 
 
 def encode_node(node: SeqNode) -> bytes | None:
@@ -273,8 +259,8 @@ def _append_fields(rev: Revision) -> bytes | None:
     ids, oids = op.get("entryIds"), op.get("entries")
     if type(ids) is not list or type(oids) is not list:
         return None
-    parts = [b"\xa6\x64size", _head(0, size), b"\x64type\x68revision\x66parent\x58\x20", parent,
-             b"\x69createdAt", _head(0, created), _APPEND_OP, _array_head(len(oids))]
+    parts = [b"\xa6\x64size", cbor_head(0, size), b"\x64type\x68revision\x66parent\x58\x20", parent,
+             b"\x69createdAt", cbor_head(0, created), _APPEND_OP, _array_head(len(oids))]
     for oid in oids:
         if type(oid) is not bytes or len(oid) != 32:
             return None

@@ -50,6 +50,7 @@ RECOMPRESS_OBJECTS = 8 * AUTO_DICT_OBJECTS
 a larger one keeps their encoding (a rewrite costs a decode and a compression per object)."""
 _ITER_BATCH = 4096
 _PACKS_HELD = 32
+_PACK_CODEC = bytes([packs.LEAF_PACK])
 _PACKS: dict[tuple[ObjectId, bytes], list[bytes]] = {}
 """Leaf packs this process read lately, split into their parts, by leaf id and seal."""
 _TRAIN_AT: dict[str, int] = {}
@@ -151,13 +152,18 @@ class _Records:
         """The parts of the leaf pack filed under record key `key` (`pack_parts`), or None if no leaf pack
         is filed there."""
         record = self._t.get(key, db=self._dbs[rec.OBJECTS])
-        if record is None or not packs.is_pack(record[rec.HEAD_SIZE:]):
+        head = rec.HEAD_SIZE
+        if record is None or record[head:head + 1] != _PACK_CODEC:
             return None
-        return self.pack_parts(rec.record_id(key, record), rec.record_value(record))
+        # Looked up before the record's value is copied out: most reads of a packed object find the
+        # pack split already (a view's entries and blobs are read in runs).
+        leaf = rec.record_id(key, record)
+        parts = _PACKS.get((leaf, record[head + 1:head + 1 + packs.SEAL_SIZE]))
+        return parts if parts is not None else self.pack_parts(leaf, rec.record_value(record))
 
     def pack_parts(self, leaf: ObjectId, value: bytes) -> list[bytes]:
-        """A leaf pack's parts, the leaf's canonical bytes then its entries' (`packs.payload_of`: the seal
-        checked), from the few this process holds decoded (a view's entries and blobs are read in runs)."""
+        """A leaf pack's parts, the leaf's canonical bytes then its entries' and blobs' (`packs.split`:
+        the seal checked), from the few this process holds split."""
         held = (leaf, value[1:1 + packs.SEAL_SIZE])  # the seal names the payload: a pack written again
         parts = _PACKS.get(held)                   # with other blobs is another entry here
         if parts is None:
@@ -492,9 +498,12 @@ class _Records:
             entries = self._pack_entries(order, written)
             if entries is None:
                 continue
-            blobs = self._pack_blobs(entries, written, pointers, packs.MAX_PAYLOAD - sum(map(len, entries)),
+            cuts = [packs.chat_message_at(entry) for entry in entries]
+            blobs = self._pack_blobs([e for e, cut in zip(entries, cuts, strict=True) if cut is None], written,
+                                     pointers, packs.MAX_PAYLOAD - sum(map(len, entries)),
                                      packs.MAX_ENTRIES - len(entries))
-            packed[oid] = packs.pack_value(oid, data, entries, [b for _, b in blobs], frame)
+            packed[oid] = packs.pack_value(oid, data, list(zip(entries, cuts, strict=True)), [b for _, b in blobs],
+                                           frame)
             held = [*zip(order, entries, strict=True), *blobs]
             for position, (part, part_bytes) in enumerate(held):
                 pointers.setdefault(part, packs.pointer_value(oid, position, len(part_bytes)))
@@ -517,13 +526,12 @@ class _Records:
 
     def _pack_blobs(self, entries: list[bytes], written: Mapping[ObjectId, bytes], chosen: Mapping[ObjectId, bytes],
                     room: int, count: int) -> list[tuple[ObjectId, bytes]]:
-        """The blobs a leaf's entries name that go in its pack: each at hand and checked against its id,
-        not held in a pack already (or chosen by another pack of this transaction), in the order they are
-        named, while they fit in `room` bytes and `count` parts."""
+        """The blobs a leaf's entries (those that are not chat entries, which name none) name that go in
+        its pack: each at hand and checked against its id, not held in a pack already (or chosen by another
+        pack of this transaction), in the order they are named, while they fit in `room` bytes and `count`
+        parts."""
         out: list[tuple[ObjectId, bytes]] = []
         for data in entries:
-            if packs.chat_message_at(data) is not None:
-                continue  # a chat entry names no blob
             try:
                 entry = parse_object(data, trusted=True)
             except CtxStoreError:
@@ -568,12 +576,15 @@ class _Records:
                 if packs.is_pack(value):
                     self._unpack_survivors(oid, value, w.deleted)
                 txn.delete(rec.object_key(oid), db=objs)
-        put, key = txn.put, rec.object_key
+        put, key, framed, written = txn.put, rec.object_key, rec.object_record, w.objects
         for oid, value, pointer in prepared.writes:
-            if pointer:
-                self._point(oid, value, time if oid in w.objects else None)
-            elif not put(key(oid), value, db=objs, overwrite=False):
-                self._restamp(oid, time)
+            if not pointer:
+                if not put(key(oid), value, db=objs, overwrite=False):
+                    self._restamp(oid, time)
+            elif oid not in written:
+                self._point(oid, value, None)
+            elif not put(key(oid), framed(oid, time, value), db=objs, overwrite=False):
+                self._point(oid, value, time)  # held already: as it is, or a record of its own
         _set_or_delete(txn, dbs[rec.REFS], w.refs)
         reflog = dbs[rec.REFLOG]
         for name in w.reflog_cleared:

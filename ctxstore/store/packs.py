@@ -43,6 +43,7 @@ import blake3
 import cbor2
 
 from ..errors import DamagedData, EncodingError
+from ..format.codec import cbor_head
 from ..ids import ObjectId, to_hex
 
 __all__ = ["FRAMED_AT", "LEAF_PACK", "MAX_BLOB", "MAX_ENTRIES", "MAX_PAYLOAD", "PACKED", "SEAL_SIZE", "chat_message_at",
@@ -73,79 +74,73 @@ def _seal(leaf: ObjectId, payload: bytes) -> bytes:
     return blake3.blake3(leaf + payload).digest()[:SEAL_SIZE]
 
 
-def _head(major: int, n: int) -> bytes:
-    """A CBOR head in its shortest form (n < 2**32)."""
-    base = major << 5
-    if n < 24:
-        return bytes([base | n])
-    if n < 0x100:
-        return bytes([base | 24, n])
-    if n < 0x10000:
-        return bytes([base | 25]) + n.to_bytes(2, "big")
-    return bytes([base | 26]) + n.to_bytes(4, "big")
-
-
-def pack_value(leaf: ObjectId, leaf_bytes: bytes, entries: Sequence[bytes], blobs: Sequence[bytes],
-               frame: Callable[[bytes], bytes]) -> bytes:
-    """The stored value of a leaf packed with `entries` (canonical bytes, in `seq.packed_order`) and
-    `blobs` (canonical bytes of blobs they name), its payload framed by `frame` (the store's packer:
-    raw, zstd or dictionary)."""
-    heads: list[bytes] = []
-    messages: list[bytes] = []
-    for data in entries:
-        cut = chat_message_at(data)
-        heads.append(data if cut is None else data[:cut])
-        messages.append(_NULL if cut is None else data[cut:])
-    payload = b"".join([_head(4, 2 + len(entries) + len(blobs)), _head(2, len(leaf_bytes)), leaf_bytes,
-                        _head(4, len(heads)), *[_head(2, len(h)) + h for h in heads], *messages,
-                        *[_head(2, len(b)) + b for b in blobs]])
+def pack_value(leaf: ObjectId, leaf_bytes: bytes, entries: Sequence[tuple[bytes, int | None]],
+               blobs: Sequence[bytes], frame: Callable[[bytes], bytes]) -> bytes:
+    """The stored value of a leaf packed with `entries` (canonical bytes in `seq.packed_order`, each with
+    where its message starts if it is a chat entry: `chat_message_at`) and `blobs` (canonical bytes of
+    blobs they name), its payload framed by `frame` (the store's packer: raw, zstd or dictionary)."""
+    heads = [data if cut is None else data[:cut] for data, cut in entries]
+    messages = [_NULL if cut is None else data[cut:] for data, cut in entries]
+    payload = b"".join([cbor_head(4, 2 + len(entries) + len(blobs)), cbor_head(2, len(leaf_bytes)), leaf_bytes,
+                        cbor_head(4, len(heads)), *[cbor_head(2, len(h)) + h for h in heads], *messages,
+                        *[cbor_head(2, len(b)) + b for b in blobs]])
     return bytes([LEAF_PACK]) + _seal(leaf, payload) + len(leaf_bytes).to_bytes(_SIZE, "big") + frame(payload)
 
 
 def chat_message_at(data: bytes) -> int | None:
     """Where the message starts in the canonical bytes of a chat entry: four fields (``id``, non-empty;
     ``kind``, a turn or a summary; ``type``; ``message``, last) whose message is exactly a text ``role``
-    and a text ``content``. None for any other object. Read from the bytes' layout, decoding nothing."""
+    and a text ``content``. None for any other object (and for an id or a role over 255 bytes, which a
+    pack then keeps whole). Read from the bytes' layout, decoding nothing: it runs for every entry a
+    commit packs."""
     if not data.startswith(_CHAT_START):
         return None
-    at = _text_end(data, len(_CHAT_START))
-    if at is None or at == len(_CHAT_START) + 1:  # no id, or an empty one
+    try:
+        head = data[4]
+        if 0x60 < head < 0x78:
+            at = head - 0x5B  # 5 + the id's length
+        elif head == 0x78 and data[5]:
+            at = 6 + data[5]
+        else:
+            return None
+        if data.startswith(_TURN, at):
+            message = at + len(_TURN)
+        elif data.startswith(_SUMMARY, at):
+            message = at + len(_SUMMARY)
+        else:
+            return None
+        if not data.startswith(_MESSAGE_START, message):
+            return None
+        at = message + len(_MESSAGE_START)
+        head = data[at]
+        if 0x60 <= head < 0x78:
+            at += head - 0x5F
+        elif head == 0x78:
+            at += 2 + data[at + 1]
+        else:
+            return None
+        if not data.startswith(_CONTENT_KEY, at):
+            return None
+        at += len(_CONTENT_KEY)
+        head = data[at]
+        if 0x60 <= head < 0x78:
+            end = at + head - 0x5F
+        elif 0x78 <= head <= 0x7B:
+            width = 1 << (head - 0x78)
+            end = at + 1 + width + int.from_bytes(data[at + 1:at + 1 + width], "big")
+        else:
+            return None
+    except IndexError:
         return None
-    for middle in _CHAT_MIDDLES:
-        if data.startswith(middle, at):
-            message = at + len(middle)
-            break
-    else:
-        return None
-    at = _text_end(data, message + len(_MESSAGE_START))
-    if at is None or not data.startswith(_MESSAGE_START, message) or not data.startswith(_CONTENT_KEY, at):
-        return None
-    return message if _text_end(data, at + len(_CONTENT_KEY)) == len(data) else None
+    return message if end == len(data) else None
 
 
 _NULL = b"\xf6"
 _CHAT_START = b"\xa4bid"  # a map of four fields, the first "id"
-_CHAT_MIDDLES = tuple(b"dkind" + bytes([0x60 + len(kind)]) + kind.encode() + b"dtypeeentrygmessage"
-                      for kind in ("turn", "summary"))
+_TURN, _SUMMARY = (b"dkind" + bytes([0x60 + len(kind)]) + kind.encode() + b"dtypeeentrygmessage"
+                   for kind in ("turn", "summary"))
 _MESSAGE_START = b"\xa2drole"  # a map of two fields, the first "role" (canonical order: shorter first)
 _CONTENT_KEY = b"gcontent"
-
-
-def _text_end(data: bytes, at: int) -> int | None:
-    """The end of the CBOR text string whose head is at `at`, or None if there is none there."""
-    if at >= len(data):
-        return None
-    head = data[at]
-    if 0x60 <= head < 0x78:
-        start, size = at + 1, head - 0x60
-    elif 0x78 <= head <= 0x7A:
-        width = 1 << (head - 0x78)
-        start = at + 1 + width
-        size = int.from_bytes(data[at + 1:start], "big")
-    else:
-        return None
-    end = start + size
-    return end if end <= len(data) else None
 
 
 def is_pack(value: bytes) -> bool:
@@ -196,7 +191,7 @@ def split(leaf: ObjectId, payload: bytes) -> list[bytes]:
         message = payload[at:end]
         parts.append(head if message == _NULL else head + message)
         at = end
-    blobs = cbor2.loads(b"".join([_head(4, len(ends) - len(heads)), payload[at:]]))
+    blobs = cbor2.loads(b"".join([cbor_head(4, len(ends) - len(heads)), payload[at:]]))
     if any(type(blob) is not bytes for blob in blobs):
         raise _damaged(leaf, "its payload holds a blob that is not a byte string")
     parts.extend(blobs)

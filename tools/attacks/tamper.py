@@ -26,16 +26,38 @@ from ctxstore.format import codec
 KEY = 16     # objs keys are the first 16 bytes of the id
 HEAD = 22    # a record: 6 bytes of write time, the other 16 bytes of the id, then the stored value
 MARK = "tamper-target"
+PACK = 0x04  # a leaf pack: a 16-byte seal, a 4-byte size, then the framed payload (docs/format.md)
 
 
 def _base(path: Path) -> None:
-    """A repository whose main holds short (stored raw) and long (zstd) messages, and a fork."""
+    """A repository whose main holds closed leaves (stored as leaf packs) and, in its open leaf, short
+    (stored raw) and long (zstd) messages; and a fork. Leaves close where entry ids say, so messages are
+    appended until there is one of each."""
     with Repository.init(path, durable=False) as repo:
         rng = random.Random(5)
-        for i in range(30):
-            text = f"{MARK} {i} " + ("plain words " * rng.randrange(0, 80))
+        for i in range(2000):
+            text = f"{MARK} {i} " + ("plain words " * rng.choice((0, 1, 60, 80)))
             repo.append("main", [{"role": "user", "content": text}])
+            if i >= 30 and _has_every_kind(repo):
+                break
         repo.commit("side", repo.history("main").fork().append({"role": "user", "content": "side"}))
+
+
+def _has_every_kind(repo: Repository) -> bool:
+    """Whether the store holds a leaf pack and marked entries stored raw and zstd-compressed."""
+    env = repo.store.environment  # type: ignore[attr-defined]
+    codecs: set[int] = set()
+    with env.env.begin() as txn:
+        for _key, value in txn.cursor(db=env.dbs[b"objs"]):
+            if value[HEAD] == PACK or (value[HEAD] in (0, 1) and MARK.encode() in _plain(value)):
+                codecs.add(value[HEAD])
+    return codecs == {0, 1, PACK}
+
+
+def _plain(value: bytes) -> bytes:
+    if value[HEAD] == 0:
+        return value[HEAD + 1:]
+    return zstandard.ZstdDecompressor().decompress(value[HEAD + 1:], max_output_size=1 << 22)
 
 
 class _Db:
@@ -66,6 +88,10 @@ class _Db:
         """Records of entry objects holding the mark, stored raw (codec byte 0)."""
         return [(k, v) for k, v in self.records(self.objs) if v[HEAD:HEAD + 1] == b"\0" and MARK.encode() in v]
 
+    def packs(self) -> list[tuple[bytes, bytes]]:
+        """Records of leaf packs: main's closed leaves with their entries."""
+        return [(k, v) for k, v in self.records(self.objs) if v[HEAD] == PACK]
+
     def compressed(self) -> list[tuple[bytes, bytes]]:
         """Records of zstd-compressed entries holding the mark: messages main's view shows."""
         found = []
@@ -89,6 +115,13 @@ def _compressed_flipped(db: _Db, rng: random.Random) -> str:
     at = rng.randrange(HEAD + 8, len(value) - 4)
     db.put(db.objs, key, value[:at] + bytes([value[at] ^ 0xFF]) + value[at + 1:])
     return "a byte of a compressed message flipped"
+
+
+def _pack_flipped(db: _Db, rng: random.Random) -> str:
+    key, value = rng.choice(db.packs())
+    at = rng.randrange(HEAD + 1 + 16 + 4 + 1, len(value))
+    db.put(db.objs, key, value[:at] + bytes([value[at] ^ 0xFF]) + value[at + 1:])
+    return "a byte of a leaf pack's payload flipped"
 
 
 def _truncated(db: _Db, rng: random.Random) -> str:
@@ -135,6 +168,7 @@ def _reflog_missing(db: _Db, rng: random.Random) -> str:
 CASES: dict[str, tuple[Callable[[_Db, random.Random], str], bool]] = {
     "object text changed": (_text_changed, True),
     "compressed object corrupted": (_compressed_flipped, True),
+    "leaf pack corrupted": (_pack_flipped, True),
     "object truncated": (_truncated, True),
     "reachable object deleted": (_deleted, True),
     "ref at a missing object": (_ref_missing, True),
