@@ -12,7 +12,7 @@ from typing import Any
 
 import blake3
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from ctxstore import MessageHistory, Repository
@@ -291,21 +291,26 @@ _messages = st.one_of(
     st.fixed_dictionaries({"role": st.just("user"),
                            "content": st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": _text}),
                                                min_size=1, max_size=3)}),
+    st.integers(0, 5).map(lambda n: _tool_output(n)),  # a block kept as a blob, some named again
 )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(batches=st.lists(st.lists(_messages, min_size=1, max_size=80), min_size=1, max_size=6),
+@given(batches=st.lists(st.tuples(st.lists(_messages, min_size=1, max_size=30), st.integers(0, 90)),
+                        min_size=1, max_size=5),
        meta=st.booleans())
 def test_any_history_reads_back_from_packs_as_from_a_store_of_one_record_each(
-        tmp_path_factory: pytest.TempPathFactory, batches: list[list[dict[str, Any]]], meta: bool) -> None:
-    """Whatever is appended, in whatever batches: every object, and the render, are those of a store
-    that keeps an object per record."""
+        tmp_path_factory: pytest.TempPathFactory, batches: list[tuple[list[dict[str, Any]], int]], meta: bool
+) -> None:
+    """Whatever is appended, in whatever batches (each with a run of chat turns, so leaves close and are
+    packed with whatever the batch holds): every object, and the render, are those of a store that keeps
+    an object per record."""
     path = tmp_path_factory.mktemp("packs")
     twin = MemoryStore()
     with LmdbStore(path / "s", durable=False) as store:
         history = MessageHistory(source=store)
-        for batch in batches:
+        for drawn, turns in batches:
+            batch = [*drawn, *(_chat(n) for n in range(turns))]
             if meta:
                 history = history.append({"message": batch[0], "meta": {"n": len(batch)}})
                 batch = batch[1:]
@@ -322,3 +327,4 @@ def test_any_history_reads_back_from_packs_as_from_a_store_of_one_record_each(
             order = seq.packed_order(parse_object(twin.get(leaf)).items)
             if _value(store, leaf)[0] == packs.LEAF_PACK:
                 assert all(_value(store, oid)[0] == packs.PACKED for oid in order)
+                event("a leaf was packed")

@@ -530,7 +530,7 @@ class _Records:
         its pack: each at hand and checked against its id, not held in a pack already (or chosen by another
         pack of this transaction), in the order they are named, while they fit in `room` bytes and `count`
         parts."""
-        out: list[tuple[ObjectId, bytes]] = []
+        out: dict[ObjectId, bytes] = {}
         for data in entries:
             try:
                 entry = parse_object(data, trusted=True)
@@ -539,17 +539,17 @@ class _Records:
             if not isinstance(entry, Entry):
                 continue
             for blob in entry.blob_ids():
-                if blob in chosen or any(blob == oid for oid, _ in out):
+                if blob in chosen or blob in out or len(out) >= count:
                     continue
-                value = None if blob in written else self.find(blob)
-                if value is not None and value[0] in (packs.PACKED, packs.LEAF_PACK):
-                    continue
+                if blob not in written:
+                    value = self.find(blob)
+                    if value is None or value[0] in (packs.PACKED, packs.LEAF_PACK):
+                        continue
                 found = self._at_hand(blob, written)
-                if found is None or len(found) > room or len(found) > packs.MAX_BLOB or len(out) >= count:
-                    continue
-                room -= len(found)
-                out.append((blob, found))
-        return out
+                if found is not None and len(found) <= min(room, packs.MAX_BLOB):
+                    room -= len(found)
+                    out[blob] = found
+        return list(out.items())
 
     def _at_hand(self, oid: ObjectId, written: Mapping[ObjectId, bytes]) -> bytes | None:
         """An object's canonical bytes, checked against its id, from a transaction's writes or the store;
@@ -602,8 +602,8 @@ class _Records:
         _set_or_delete(txn, dbs[rec.CONFIG], w.config)
 
     def _point(self, oid: ObjectId, pointer: bytes, time: bytes | None) -> None:
-        """Make an entry's record the pointer into the pack that now holds it, written at `time` (None: an
-        entry this transaction does not write keeps its write time). One already kept in a pack stays
+        """Make an object's record the pointer into the pack that now holds it, written at `time` (None: an
+        object this transaction does not write keeps its write time). One already kept in a pack stays
         pointing there (written again, its time is refreshed)."""
         key = rec.object_key(oid)
         held = self._t.get(key, db=self._dbs[rec.OBJECTS])
@@ -637,7 +637,6 @@ class _Records:
                 continue
             self._t.put(rec.object_key(oid), rec.object_record(oid, bytes(held[:rec.TIME_SIZE]), frame(data)),
                         db=objs)
-
 
     def _restamp(self, oid: ObjectId, time: bytes) -> None:
         """Refresh the write time of an object already held (gc's grace then protects it again)."""
