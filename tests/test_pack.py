@@ -19,7 +19,7 @@ from ctxstore.format.codec import decode, encode
 from ctxstore.format.objects import Entry, Revision, SeqNode, encode_object, parse_object
 from ctxstore.ids import ObjectId, object_id
 from ctxstore.pack.staging import missing_references, verify_pack
-from ctxstore.pack.stream import MAGIC, VERSION, read_pack, write_pack
+from ctxstore.pack.stream import HEADER_MAX, MAGIC, VERSION, declared_count, read_pack, write_pack
 from ctxstore.store.memory import MemoryStore
 
 # -- helpers ---------------------------------------------------------------------------------------------
@@ -587,3 +587,22 @@ def test_rebuildable_revisions_with_any_fields_are_refused_or_read_never_crash(
     except Exception:  # what cbor2 cannot encode is no record at all
         return
     _only_bad_pack(craft(section([*records[:-1], body]), count=len(records)))
+
+
+@settings(max_examples=200)
+@given(count=st.integers(0, 2**63), cut=st.integers(0, HEADER_MAX))
+def test_the_declared_count_is_read_from_a_headers_first_bytes_once_they_hold_it(count: int, cut: int) -> None:
+    """What a progress meter shows: the header's count once its bytes are all there, else 0."""
+    header = b"".join(write_pack([], count))[:HEADER_MAX] if count == 0 else MAGIC + bytes([VERSION]) + _leb128(count)
+    whole = len(MAGIC) + 1 + len(_leb128(count))
+    assert declared_count(header[:cut]) == (count if cut >= whole else 0)
+    assert declared_count(bytes([MAGIC[0] ^ 1]) + header[1:]) == 0
+
+
+def _leb128(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)

@@ -43,12 +43,14 @@ from .records import (
 __all__ = [
     "BACKREF_TAG",
     "DERIVED_TAG",
+    "HEADER_MAX",
     "MAGIC",
     "MAX_CHUNK",
     "MAX_WINDOW_SIZE",
     "PackSource",
     "VERSION",
     "check_shape",
+    "declared_count",
     "read_pack",
     "read_parsed",
     "write_pack",
@@ -107,6 +109,30 @@ def _read_varint(read: Callable[[int, str], bytes], what: str, where: str) -> in
                 raise BadPack(f"bad pack: {what} at {where} is a varint padded with zero bytes")
             return value
     raise BadPack(f"bad pack: {what} at {where} is a varint longer than {_MAX_VARINT} bytes")
+
+
+HEADER_MAX = len(MAGIC) + 1 + _MAX_VARINT
+"""The most bytes a pack's header (magic, version, object count) takes."""
+
+
+def declared_count(head: bytes) -> int:
+    """The object count a pack's header declares, from the first bytes of a pack, or 0 while they do not
+    hold all of it (or are not a pack's): what a progress meter shows before the objects arrive."""
+    at = len(MAGIC) + 1
+    if not head.startswith(MAGIC) or len(head) <= at:
+        return 0
+
+    def read(n: int, what: str) -> bytes:
+        nonlocal at
+        if at + n > len(head):
+            raise BadPack(f"bad pack: {what} is cut short")
+        at += n
+        return head[at - n:at]
+
+    try:
+        return _read_varint(read, "object count", "the header")
+    except BadPack:
+        return 0
 
 
 def write_pack(objects: Iterable[tuple[ObjectId, bytes | AppendForm]], count: int, *, level: int = 9,

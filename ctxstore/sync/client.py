@@ -19,7 +19,7 @@ from ..errors import InvalidInput, NonFastForward, RemoteError, UnknownRef
 from ..history.message_history import MessageHistory
 from ..ids import HexId, ObjectId, from_hex, to_hex
 from ..pack.plan import is_ancestor, pack
-from ..pack.stream import MAGIC, PackSource
+from ..pack.stream import HEADER_MAX, PackSource, declared_count
 from ..refs import ANY, HEADS, REMOTES, TAGS, Refs, check_ref_name
 from ..repo.receive import UnpackResult, unpack
 from ..repo.repository import Repository
@@ -113,9 +113,9 @@ class _Meter:
         before = self.bytes // _PROGRESS_STEP
         self.bytes += len(data)
         if self._progress is not None:
-            if len(self._head) < _HEADER_MAX:
-                self._head += data[:_HEADER_MAX]
-                self.objects = _pack_object_count(self._head)
+            if len(self._head) < HEADER_MAX:
+                self._head += data[:HEADER_MAX]
+                self.objects = declared_count(self._head)
             if self.bytes // _PROGRESS_STEP != before or self.bytes == len(data):
                 self._progress(self._stage, self.objects, self.bytes)
         return data
@@ -131,20 +131,6 @@ class _Meter:
         if isinstance(source, ByteReader):
             return _MeteredFile(source, self)
         return self.chunks(source)
-
-
-_HEADER_MAX = len(MAGIC) + 1 + 10
-
-
-def _pack_object_count(head: bytes) -> int:
-    """The object count a pack's header declares (magic, version, LEB128 count), or 0 if not all here."""
-    value = shift = 0
-    for byte in head[len(MAGIC) + 1:_HEADER_MAX]:
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value if head.startswith(MAGIC) else 0
-    return 0
 
 
 class _MeteredFile:
