@@ -21,6 +21,7 @@ from ctxstore.format.objects import (
     parse_object,
     references,
     revision_header,
+    revision_without_operation,
 )
 from ctxstore.ids import object_id
 
@@ -271,3 +272,38 @@ def test_an_entry_laid_out_directly_has_the_codecs_bytes_or_is_refused_alike(
         return
     assert encode_entry(entry) == expected
     assert entry_message(expected[1]) == entry.message
+
+
+# -- a revision read without its operation -------------------------------------------------------------
+
+_ids = st.one_of(st.text(max_size=12), st.sampled_from(["treeSpine", "itreeSpine", "treeSpine\x81", "e"]))
+_oids = st.binary(min_size=32, max_size=32)
+
+
+@settings(max_examples=300)
+@given(parent=st.one_of(st.none(), _oids), created=st.integers(0, 2**48 - 1),
+       appended=st.lists(st.tuples(_ids, _oids), min_size=1, max_size=40),
+       upper=st.lists(st.lists(st.tuples(_oids, st.integers(1, 10**6)), min_size=0, max_size=4), max_size=3))
+def test_a_revision_read_without_its_operation_has_every_other_field(
+        parent: bytes | None, created: int, appended: list[tuple[str, bytes]],
+        upper: list[list[tuple[bytes, int]]]) -> None:
+    """Whatever the entry ids (even ones spelling the spine's key), the spine, size, parent and time are
+    those `parse_object` reads, and the operation is the placeholder, undecoded."""
+    ids = [i for i, _ in appended]
+    oids = [o for _, o in appended]
+    spine = [[[i, o] for i, o in appended], *[[[o, n] for o, n in level] for level in upper]]
+    size = len(ids) + sum(n for level in upper for _, n in level)
+    rev = Revision(parent, created, {"type": "append", "entryIds": ids, "entries": oids}, spine, size)
+    _, data = encode_object(rev)
+    light = revision_without_operation(data, {"type": "unread"})
+    whole = parse_object(data)
+    assert isinstance(whole, Revision) and light is not None
+    assert (light.parent, light.created_at, light.seq, light.size) == (
+        whole.parent, whole.created_at, whole.seq, whole.size)
+    assert light.operation == {"type": "unread"}
+
+
+def test_a_revision_without_an_operation_is_left_to_the_whole_read() -> None:
+    rev = Revision(None, 1, None, [[["e", b"\x01" * 32]]], 1)
+    assert revision_without_operation(encode_object(rev)[1], {"type": "unread"}) is None
+    assert revision_without_operation(b"\xa6garbage", {"type": "unread"}) is None

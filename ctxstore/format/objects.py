@@ -34,6 +34,7 @@ __all__ = [
     "parse_object",
     "references",
     "revision_header",
+    "revision_without_operation",
 ]
 
 BLOB_THRESHOLD = 4096
@@ -447,6 +448,52 @@ def fields_before_spine(data: bytes) -> dict[str, Any] | None:
             break
         fields[key] = decoder.decode()
     return fields
+
+
+_SPINE_FIELD = encode(SPINE_KEY)  # the spine's key as it is encoded: the last of a revision's fields
+
+
+def revision_without_operation(data: bytes, placeholder: dict[str, Any]) -> Revision | None:
+    """A stored revision's fields with its operation left undecoded, as `placeholder`: what a reader of
+    the spine, size, parent and time needs of a revision whose operation is large (a bulk import's names
+    every entry it appended). None if the bytes are not laid out as a revision with an operation.
+
+    The fields before the operation are decoded from the start (canonical order: size, type, parent,
+    createdAt, operation, treeSpine) and the spine from its key, found searching from the end: the last
+    occurrence of the key's bytes followed by an array's head. Inside the spine those bytes cannot occur
+    so followed: in an entry id's text, the byte after an ASCII ``e`` that starts an array is not UTF-8;
+    an id is a hash. The bytes must be a revision's, checked when stored.
+    """
+    at = len(data)
+    while True:
+        at = data.rfind(_SPINE_FIELD, 0, at)
+        if at <= 0:
+            return None
+        spine_at = at + len(_SPINE_FIELD)
+        if spine_at < len(data) and 0x81 <= data[spine_at] <= 0x97:
+            break
+    n = data[0] - 0xA0
+    if not 5 <= n <= 6:
+        return None
+    stream = io.BytesIO(data)
+    stream.seek(1)
+    decoder = cbor2.CBORDecoder(stream)
+    fields: dict[str, Any] = {}
+    try:
+        for _ in range(n - 2):
+            key = decoder.decode()
+            fields[key] = decoder.decode()
+        if decoder.decode() != "operation":
+            return None
+        stream.seek(spine_at)
+        spine = decoder.decode()
+    except (cbor2.CBORDecodeError, ValueError):
+        return None
+    created, size = fields.get("createdAt"), fields.get("size")
+    if stream.tell() != len(data) or fields.get("type") != "revision" or type(size) is not int:
+        return None
+    Revision(fields.get("parent"), created, None, spine, size).check(items=False)  # type: ignore[arg-type]
+    return Revision(fields.get("parent"), created, placeholder, spine, size)  # type: ignore[arg-type]
 
 
 def revision_header(data: bytes) -> tuple[ObjectId | None, int]:

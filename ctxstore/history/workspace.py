@@ -39,6 +39,7 @@ from ..format.objects import (
     encode_object,
     parse_object,
     revision_header,
+    revision_without_operation,
 )
 from ..format.seq import SpineBytes, encode_node, encode_revision, spine_bytes
 from ..ids import ObjectId, object_id, to_hex
@@ -52,6 +53,9 @@ _LIGHT_ABOVE = 64
 """A revision read from the source whose operation names more entries than this is kept without it:
 a bulk import's lists every entry id and oid (15 MB for 100,000), which only a replay, a snapshot or an
 index walk reads, and they read it again from the source."""
+_LIGHT_BYTES = 16 * 1024
+"""A revision read for its spine whose bytes are larger than this is read without decoding its operation
+(`objects.revision_without_operation`); decoding a bulk import's cost more than the spine's."""
 _BATCH = 4096
 """Objects `read_many` reads under one read transaction (a reader held longer pins old pages)."""
 
@@ -90,6 +94,10 @@ class Workspace:
             if self.source is None:
                 raise MissingObject(f"object {to_hex(oid)} is not in this history")
             data = self.source.get(oid)
+        return self._decode(oid, data)
+
+    def _decode(self, oid: ObjectId, data: bytes) -> Object:
+        """`get` of an object whose canonical bytes were just read: decoded and kept."""
         obj = parse_object(data, trusted=True)
         if type(obj) is Revision:
             if self._last_spine is None:
@@ -228,15 +236,33 @@ class Workspace:
         holds its spine, so keeping thousands costs memory and garbage-collector time).
 
         `operation=False` is for a caller that reads every field but the operation (the spine, size,
-        parent, time): it may get the revision as cached without a large operation (`_LIGHT_ABOVE`),
-        whose `operation` is then a placeholder. Otherwise the operation is read again from the source.
+        parent, time): it may get the revision without a large operation (cached so, `_LIGHT_ABOVE`, or
+        read so, `_LIGHT_BYTES`), whose `operation` is then a placeholder. Otherwise the operation is read
+        again from the source.
         """
         obj = self._decoded.get(oid)
+        if obj is None and not operation and keep and oid not in self._pending and self.source is not None:
+            obj = self._light_revision(oid)
         if obj is None or (operation and oid in self._light):
             obj = self.get(oid) if keep else parse_object(self.raw(oid), trusted=True)
         if not isinstance(obj, Revision):
             raise InvalidObject(f"object {to_hex(oid)} is a {type(obj).__name__.lower()}, not a revision")
         return obj
+
+    def _light_revision(self, oid: ObjectId) -> Object:
+        """A revision read from the source for its spine: without decoding its operation when its bytes
+        are large enough for that to matter (`_LIGHT_BYTES`), kept as `get` keeps one whose operation is
+        large; else as `get` reads it."""
+        assert self.source is not None
+        data = self.source.get(oid)
+        rev = revision_without_operation(data, _UNREAD) if len(data) > _LIGHT_BYTES else None
+        if rev is None:
+            return self._decode(oid, data)
+        if self._last_spine is None:
+            self._last_spine = spine_bytes(rev, data)
+        self._remember(oid, rev)
+        self._light.add(oid)
+        return rev
 
     def parent(self, oid: ObjectId) -> ObjectId | None:
         """A revision's parent, read without decoding (or keeping) its spine: what lineage walks need."""
