@@ -328,3 +328,15 @@ def test_any_history_reads_back_from_packs_as_from_a_store_of_one_record_each(
             if _value(store, leaf)[0] == packs.LEAF_PACK:
                 assert all(_value(store, oid)[0] == packs.PACKED for oid in order)
                 event("a leaf was packed")
+
+
+@settings(max_examples=200)
+@given(items=st.lists(st.tuples(_text, st.one_of(st.none(), st.sampled_from([b"\x01" * 32, b"\x02" * 32]),
+                                                 st.binary(min_size=32, max_size=32))), min_size=1, max_size=60))
+def test_the_pack_order_read_from_a_leafs_bytes_is_the_one_its_node_gives(
+        items: list[tuple[str, bytes | None]]) -> None:
+    """`seq.packed_order_of` (what a commit reads a leaf's entries by) agrees with the decoded node's."""
+    leaf = encode_object(SeqNode(level=0, items=[[i, o] for i, o in items]))[1]
+    assert seq.packed_order_of(leaf) == seq.packed_order(parse_object(leaf).items)
+    inner = encode_object(SeqNode(level=1, items=[[b"\x03" * 32, 2]]))[1]
+    assert seq.packed_order_of(inner) is None

@@ -432,9 +432,11 @@ def entry_message(data: bytes) -> dict[str, Any] | None:
     return obj.message if isinstance(obj, Entry) else None
 
 
-def fields_before_spine(data: bytes) -> dict[str, Any] | None:
+def fields_before_spine(data: bytes, *, before: str = SPINE_KEY) -> dict[str, Any] | None:
     """The fields of a revision's canonical bytes but its spine, decoded without it (canonical key order
-    puts it last); None if the bytes are not a map with as many fields as a revision has."""
+    puts it last), or only those before field `before` (``"operation"``: the header, which walks read, not
+    a bulk import's list of every entry it appended); None if the bytes are not a map with as many fields
+    as a revision has."""
     n = data[0] - 0xA0 if data else -1
     if not 4 <= n <= 6:
         return None
@@ -444,7 +446,7 @@ def fields_before_spine(data: bytes) -> dict[str, Any] | None:
     fields: dict[str, Any] = {}
     for _ in range(n):
         key = decoder.decode()
-        if key == SPINE_KEY:
+        if key in (SPINE_KEY, before):
             break
         fields[key] = decoder.decode()
     return fields
@@ -500,7 +502,7 @@ def revision_header(data: bytes) -> tuple[ObjectId | None, int]:
     """A stored revision's parent and `createdAt`, read without decoding its spine (what walks over
     many revisions need). The bytes must be a revision's, checked when stored; anything else is refused.
     """
-    fields = fields_before_spine(data)
+    fields = fields_before_spine(data, before="operation")
     if fields is not None:
         parent, created = fields.get("parent"), fields.get("createdAt")
         if (fields.get("type") == "revision" and (parent is None or is_oid(parent)) and type(created) is int

@@ -21,6 +21,7 @@ from operator import is_, truth
 from typing import Any
 
 import blake3
+import cbor2
 
 from ..errors import InvalidInput, InvalidObject
 from ..ids import ObjectId, object_id
@@ -50,6 +51,7 @@ __all__ = [
     "leaf_refs",
     "node_id",
     "packed_order",
+    "packed_order_of",
     "spine_fault",
     "splice",
     "subtrees",
@@ -699,6 +701,30 @@ def packed_order(items: list[Item]) -> list[ObjectId]:
     """The entry oids a leaf names, once each, in the order they first appear: the order a store keeps a
     closed leaf's entries in when it packs them with it (`store.packs`)."""
     return list(dict.fromkeys([oid for _, oid in items if oid is not None]))
+
+
+def packed_order_of(data: bytes) -> list[ObjectId] | None:
+    """`packed_order` of a leaf given as its canonical bytes, decoded without building the node; None if
+    the bytes are not a leaf's with items of the usual shape ([text, 32-byte id or null])."""
+    if not is_leaf_bytes(data):
+        return None
+    try:
+        value = cbor2.loads(data)
+    except (cbor2.CBORDecodeError, ValueError):
+        return None
+    items = value.get("items") if type(value) is dict and value.get("level") == 0 else None
+    if type(items) is not list:
+        return None
+    oids: list[ObjectId] = []
+    for item in items:
+        if type(item) is not list or len(item) != 2 or type(item[0]) is not str:
+            return None
+        oid = item[1]
+        if oid is not None:
+            if type(oid) is not bytes or len(oid) != 32:
+                return None
+            oids.append(ObjectId(oid))
+    return list(dict.fromkeys(oids))
 
 
 def is_leaf_bytes(data: bytes) -> bool:

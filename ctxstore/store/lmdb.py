@@ -484,15 +484,7 @@ class _Records:
         pointers: dict[ObjectId, bytes] = {}
         written = w.objects
         for oid, data in written.items():
-            if not seq.is_leaf_bytes(data):
-                continue
-            try:
-                node = parse_object(data, trusted=True)
-            except CtxStoreError:
-                continue  # stored as it is; a read says what is wrong with it
-            if not isinstance(node, SeqNode) or node.level != 0:
-                continue
-            order = seq.packed_order(node.items)
+            order = seq.packed_order_of(data)  # None: not a leaf, stored as it is (a read says what is wrong)
             if not order or len(order) > packs.MAX_ENTRIES:
                 continue
             entries = self._pack_entries(order, written)
