@@ -268,11 +268,12 @@ def test_a_pack_has_the_layout_docs_storage_md_gives() -> None:
     assert packs.split(leaf, payload) == [leaf_bytes, *entries, b"a blob"]
     assert packs.chat_messages(leaf, payload) == (leaf_bytes, [{"role": "user", "content": "m0"},
                                                                {"role": "user", "content": "m1"}, None])
-    assert packs.pointer_value(leaf, 2, len(other)) == b"\x05" + leaf[:16] + b"\x02" + len(other).to_bytes(4, "big")
+    pointers = packs.pointer_values(leaf, [len(e) for e in entries])
+    assert pointers[2] == b"\x05" + leaf[:16] + b"\x02" + len(other).to_bytes(4, "big")
     # The vector docs/format.md gives, byte for byte.
     assert leaf.hex().startswith("c2fe44c7") and leaf.hex().endswith("17c0")
     assert value.hex() == _DOC_VECTOR
-    assert packs.pointer_value(leaf, 2, len(other)).hex() == "05c2fe44c7160376733138f99bd48b55a50200000042"
+    assert pointers[2].hex() == "05c2fe44c7160376733138f99bd48b55a50200000042"
 
 
 def _doc_vector() -> str:

@@ -31,6 +31,7 @@ from .objects import SPINE_KEY, Object, Revision, SeqNode, encode_object
 __all__ = [
     "INNER_TARGET",
     "LEAF_TARGET",
+    "NODE_START",
     "SeqDiff",
     "append",
     "build",
@@ -73,7 +74,9 @@ GetNode = Callable[[ObjectId], SeqNode]
 PutNode = Callable[[SeqNode], ObjectId]
 
 
-_NODE_START = b"\xa3dtypecseqeitems"  # {"type": "seq", "items": ...} in canonical key order
+NODE_START = b"\xa3dtypecseqeitems"
+"""How every seq node's canonical bytes start ({"type": "seq", "items": ...} in canonical key order)."""
+_NODE_START = NODE_START
 _LEVEL_KEY = b"elevel"
 _LEAF_END = _LEVEL_KEY + b"\x00"
 _OID_HEAD = b"\x58\x20"

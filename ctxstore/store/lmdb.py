@@ -483,7 +483,10 @@ class _Records:
         packed: dict[ObjectId, bytes] = {}
         pointers: dict[ObjectId, bytes] = {}
         written = w.objects
+        node_start = seq.NODE_START
         for oid, data in written.items():
+            if not data.startswith(node_start):
+                continue
             order = seq.packed_order_of(data)  # None: not a leaf, stored as it is (a read says what is wrong)
             if not order or len(order) > packs.MAX_ENTRIES:
                 continue
@@ -496,9 +499,10 @@ class _Records:
                                      packs.MAX_ENTRIES - len(entries))
             packed[oid] = packs.pack_value(oid, data, list(zip(entries, cuts, strict=True)), [b for _, b in blobs],
                                            frame)
-            held = [*zip(order, entries, strict=True), *blobs]
-            for position, (part, part_bytes) in enumerate(held):
-                pointers.setdefault(part, packs.pointer_value(oid, position, len(part_bytes)))
+            held = [*order, *(blob for blob, _ in blobs)]
+            sizes = [*map(len, entries), *(len(data) for _, data in blobs)]
+            for part, pointer in zip(held, packs.pointer_values(oid, sizes), strict=True):
+                pointers.setdefault(part, pointer)
         return packed, pointers
 
     def _pack_entries(self, order: list[ObjectId], written: Mapping[ObjectId, bytes]) -> list[bytes] | None:

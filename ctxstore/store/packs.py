@@ -47,7 +47,7 @@ from ..format.codec import cbor_head
 from ..ids import ObjectId, to_hex
 
 __all__ = ["FRAMED_AT", "LEAF_PACK", "MAX_BLOB", "MAX_ENTRIES", "MAX_PAYLOAD", "PACKED", "SEAL_SIZE", "chat_message_at",
-           "chat_messages", "is_pack", "pack_value", "payload_of", "pointer_target", "pointer_value", "split",
+           "chat_messages", "is_pack", "pack_value", "payload_of", "pointer_target", "pointer_values", "split",
            "stored_size_of"]
 
 LEAF_PACK = 0x04
@@ -216,10 +216,10 @@ def _damaged(leaf: ObjectId, why: str) -> DamagedData:
     return DamagedData(f"stored leaf pack {to_hex(leaf)} is corrupt ({why}); run `ctxstore fsck`")
 
 
-def pointer_value(leaf: ObjectId, position: int, size: int) -> bytes:
-    """The stored value of an entry of `size` canonical bytes kept at `position` among the entries of
-    `leaf`'s pack."""
-    return bytes([PACKED]) + leaf[:_KEY_SIZE] + bytes([position]) + size.to_bytes(_SIZE, "big")
+def pointer_values(leaf: ObjectId, sizes: Sequence[int]) -> list[bytes]:
+    """The stored values of the objects of `leaf`'s pack, of these canonical sizes, in pack order."""
+    head = bytes([PACKED]) + leaf[:_KEY_SIZE]
+    return [head + bytes([position]) + size.to_bytes(_SIZE, "big") for position, size in enumerate(sizes)]
 
 
 def stored_size_of(value: bytes) -> int:
