@@ -37,17 +37,23 @@ def _value(store: LmdbStore, oid: ObjectId) -> bytes:
         return rec.record_value(txn.get(rec.object_key(oid), db=env.dbs[rec.OBJECTS]))
 
 
+def _pack(store: LmdbStore, leaf: ObjectId) -> bytes:
+    env = store.environment
+    with env.env.begin() as txn:
+        return bytes(txn.get(rec.object_key(leaf), db=env.dbs[rec.PACKS]))
+
+
 def _leaves(objects: list[tuple[ObjectId, bytes]]) -> list[ObjectId]:
     return [oid for oid, data in objects if seq.is_leaf_bytes(data)]
 
 
-def _damage(store: LmdbStore, oid: ObjectId, at: int) -> None:
+def _damage(store: LmdbStore, oid: ObjectId, at: int, db: bytes = rec.OBJECTS) -> None:
     env = store.environment
     with env.env.begin(write=True) as txn:
         key = rec.object_key(oid)
-        record = bytearray(txn.get(key, db=env.dbs[rec.OBJECTS]))
+        record = bytearray(txn.get(key, db=env.dbs[db]))
         record[at] ^= 0x01
-        txn.put(key, bytes(record), db=env.dbs[rec.OBJECTS])
+        txn.put(key, bytes(record), db=env.dbs[db])
 
 
 # -- what is stored ------------------------------------------------------------------------------------
@@ -224,9 +230,9 @@ def test_damage_to_a_pack_or_a_pointer_is_refused_not_returned(tmp_path: Path, w
         leaf = _leaves(made)[0]
         entry = seq.packed_order(parse_object(dict(made)[leaf]).items)[0]
         if where == "seal":
-            _damage(store, leaf, rec.HEAD_SIZE + 1)
+            _damage(store, leaf, 1, rec.PACKS)
         elif where == "payload":
-            _damage(store, leaf, -3)
+            _damage(store, leaf, -3, rec.PACKS)
         elif where == "pointer size":
             _damage(store, entry, -1)
         else:
@@ -254,17 +260,16 @@ def test_a_pack_has_the_layout_docs_storage_md_gives() -> None:
     leaf_node = SeqNode(level=0, items=[[f"e{n}", object_id(e)] for n, e in enumerate(entries)])
     leaf_bytes = encode_object(leaf_node)[1]
     leaf = object_id(leaf_bytes)
-    value = packs.pack_value(leaf, leaf_bytes, [(e, packs.chat_message_at(e)) for e in entries], [b"a blob"],
-                             lambda payload: b"\x00" + payload)
-    assert value[0] == packs.LEAF_PACK
-    assert value[1 + packs.SEAL_SIZE:packs.FRAMED_AT] == len(leaf_bytes).to_bytes(4, "big")
+    marker, value = packs.pack_value(leaf, leaf_bytes, [(e, packs.chat_message_at(e)) for e in entries],
+                                     [b"a blob"], lambda payload: b"\x00" + payload)
+    assert marker == bytes([packs.LEAF_PACK]) + len(leaf_bytes).to_bytes(4, "big")
     payload = value[packs.FRAMED_AT + 1:]
     heads = [e[:packs.chat_message_at(e)] for e in chat] + [other]
     expected = (bytes([0x86]) + bytes([0x58, len(leaf_bytes)]) + leaf_bytes + bytes([0x83])
                 + b"".join(bytes([0x40 + len(h)]) + h if len(h) < 24 else bytes([0x58, len(h)]) + h for h in heads)
                 + b"".join(e[packs.chat_message_at(e):] for e in chat) + b"\xf6" + b"\x46a blob")
     assert payload == expected
-    assert value[1:1 + packs.SEAL_SIZE] == blake3.blake3(leaf + payload).digest()[:16]
+    assert value[:packs.SEAL_SIZE] == blake3.blake3(leaf + payload).digest()[:16]
     assert packs.split(leaf, payload) == [leaf_bytes, *entries, b"a blob"]
     assert packs.chat_messages(leaf, payload) == (leaf_bytes, [{"role": "user", "content": "m0"},
                                                                {"role": "user", "content": "m1"}, None])

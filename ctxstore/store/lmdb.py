@@ -51,8 +51,8 @@ a larger one keeps their encoding (a rewrite costs a decode and a compression pe
 _ITER_BATCH = 4096
 _PACKS_HELD = 32
 _PACK_CODEC = bytes([packs.LEAF_PACK])
-_PACKS: dict[tuple[ObjectId, bytes], list[bytes]] = {}
-"""Leaf packs this process read lately, split into their parts, by leaf id and seal."""
+_PACKS: dict[tuple[bytes, bytes], list[bytes]] = {}
+"""Packs this process read lately, split into their parts, by record key and seal."""
 _TRAIN_AT: dict[str, int] = {}
 _REVISIONS = revisions.RevisionCache()
 """Revisions this process rebuilt or wrote lately, shared by its stores (ids are content hashes)."""
@@ -133,7 +133,7 @@ class _Records:
                 raise DamagedData(f"stored entry {to_hex(oid)} is kept in a leaf pack that does not hold it; "
                                   "run `ctxstore fsck`")
         elif value[0] == packs.LEAF_PACK:
-            data = self.pack_parts(oid, value)[0]
+            data = self.pack_parts(oid)[0]
         elif value[0] == DELTA:
             known = _REVISIONS.encoded(oid)
             if known is not None:
@@ -149,28 +149,38 @@ class _Records:
         return data
 
     def pack(self, key: bytes) -> list[bytes] | None:
-        """The parts of the leaf pack filed under record key `key` (`pack_parts`), or None if no leaf pack
-        is filed there."""
-        record = self._t.get(key, db=self._dbs[rec.OBJECTS])
-        head = rec.HEAD_SIZE
-        if record is None or record[head:head + 1] != _PACK_CODEC:
+        """The parts of the pack of the leaf whose record key is `key` (`pack_parts`), or None if there is
+        none."""
+        record = self._t.get(key, db=self._dbs[rec.PACKS])
+        if record is None:
             return None
-        # Looked up before the record's value is copied out: most reads of a packed object find the
-        # pack split already (a view's entries and blobs are read in runs).
-        leaf = rec.record_id(key, record)
-        parts = _PACKS.get((leaf, record[head + 1:head + 1 + packs.SEAL_SIZE]))
-        return parts if parts is not None else self.pack_parts(leaf, rec.record_value(record))
+        # Looked up by its seal first: most reads of a packed object find the pack split already (a view's
+        # entries and blobs are read in runs), and need not find the leaf's id.
+        parts = _PACKS.get((key, record[:packs.SEAL_SIZE]))
+        if parts is not None:
+            return parts
+        held = self._t.get(key, db=self._dbs[rec.OBJECTS])
+        if held is None or held[rec.HEAD_SIZE:rec.HEAD_SIZE + 1] != _PACK_CODEC:
+            return None
+        return self._split(rec.record_id(key, held), bytes(record))
 
-    def pack_parts(self, leaf: ObjectId, value: bytes) -> list[bytes]:
-        """A leaf pack's parts, the leaf's canonical bytes then its entries' and blobs' (`packs.split`:
-        the seal checked), from the few this process holds split."""
-        held = (leaf, value[1:1 + packs.SEAL_SIZE])  # the seal names the payload: a pack written again
-        parts = _PACKS.get(held)                   # with other blobs is another entry here
-        if parts is None:
-            parts = packs.split(leaf, packs.payload_of(leaf, value, self.unframe))
-            if len(_PACKS) >= _PACKS_HELD:
-                _PACKS.clear()
-            _PACKS[held] = parts
+    def pack_parts(self, leaf: ObjectId) -> list[bytes]:
+        """The parts of a packed leaf's pack, the leaf's canonical bytes then the entries' and blobs' it
+        holds (`packs.split`: the seal checked), from the few this process holds split."""
+        key = rec.object_key(leaf)
+        record = self._t.get(key, db=self._dbs[rec.PACKS])
+        if record is None:
+            raise DamagedData(f"stored leaf {to_hex(leaf)} is packed, but its pack is missing; run `ctxstore fsck`")
+        parts = _PACKS.get((key, record[:packs.SEAL_SIZE]))
+        return parts if parts is not None else self._split(leaf, bytes(record))
+
+    def _split(self, leaf: ObjectId, record: bytes) -> list[bytes]:
+        parts = packs.split(leaf, packs.payload_of(leaf, record, self.unframe))
+        if len(_PACKS) >= _PACKS_HELD:
+            _PACKS.clear()
+        # The seal names the payload (a pack written again with other blobs is another entry here), and
+        # binds the leaf's whole id, so half of it keys the entry.
+        _PACKS[(rec.object_key(leaf), record[:packs.SEAL_SIZE])] = parts
         return parts
 
     def unframe(self, value: bytes) -> bytes:
@@ -186,15 +196,17 @@ class _Records:
         packed with (`LeafSource`: the pack's seal checked, not each entry's id), or an empty list where
         the leaf is not stored packed; `MissingObject` names the first leaf absent."""
         out: list[tuple[bytes, list[Any]]] = []
+        get, held = self._t.get, self._dbs[rec.PACKS]
         for oid in oids:
             check_oid(oid)
-            value = self.find(oid)
-            if value is None:
-                raise MissingObject(f"object {to_hex(oid)} is not in the store")
-            if not packs.is_pack(value):
+            record = get(rec.object_key(oid), db=held)  # the pack alone: no page of `objs` is read
+            if record is None:
+                value = self.find(oid)
+                if value is None:
+                    raise MissingObject(f"object {to_hex(oid)} is not in the store")
                 out.append((self.canonical(oid, value), []))
                 continue
-            leaf, messages = packs.chat_messages(oid, packs.payload_of(oid, value, self.unframe))
+            leaf, messages = packs.chat_messages(oid, packs.payload_of(oid, record, self.unframe))
             if object_id(leaf) != oid:
                 raise _not_its_id(oid)
             out.append((leaf, messages))
@@ -348,6 +360,17 @@ class _Records:
         for key, record in self._t.cursor(db=self._dbs[rec.OBJECTS]):
             yield rec.record_id(key, record), rec.record_value(record)
 
+    def stored_size(self, oid: ObjectId) -> int | None:
+        value = self.find(oid)
+        if value is None:
+            return None
+        pack = self._t.get(rec.object_key(oid), db=self._dbs[rec.PACKS]) if packs.is_pack(value) else None
+        return len(value) + (len(pack) if pack is not None else 0)
+
+    def packs_bytes(self) -> int:
+        """Bytes the packs of packed leaves occupy (their records in ``packs``)."""
+        return sum(len(record) for _key, record in self._t.cursor(db=self._dbs[rec.PACKS]))
+
     def ids_after(self, after: bytes, limit: int) -> list[ObjectId]:
         """Up to `limit` object ids whose keys come after key `after` (b"": from the first), in key order."""
         cursor = self._t.cursor(db=self._dbs[rec.OBJECTS])
@@ -459,7 +482,7 @@ class _Records:
         out: list[tuple[ObjectId, bytes]] = []
         record, may_be_delta = rec.object_record, revisions.may_be_delta
         for oid, data in w.objects.items():
-            value = packed.get(oid)
+            value = packed[oid][0] if oid in packed else None
             if value is None:
                 if oid in pointers:
                     continue  # its record is the pointer `apply` writes
@@ -468,19 +491,21 @@ class _Records:
                     value = small(data) if len(data) <= DICT_MAX_OBJECT else large(data)
             out.append((oid, record(oid, time, value)))
         return _Prepared(sorted([(oid, record, False) for oid, record in out]
-                                + [(oid, pointer, True) for oid, pointer in pointers.items()]))
+                                + [(oid, pointer, True) for oid, pointer in pointers.items()]),
+                         sorted((rec.object_key(oid), pack) for oid, (_, pack) in packed.items()))
 
     def leaf_packs(self, w: WriteSet, frame: Callable[[bytes], bytes]
-                   ) -> tuple[dict[ObjectId, bytes], dict[ObjectId, bytes]]:
-        """The leaf packs of the closed leaves a transaction writes (`store.packs`), by leaf id, and the
-        pointer value of each object they hold, by its id.
+                   ) -> tuple[dict[ObjectId, tuple[bytes, bytes]], dict[ObjectId, bytes]]:
+        """The packed leaves of the closed leaves a transaction writes (`store.packs`): by leaf id, its
+        value in ``objs`` and its pack; and the pointer value of each object they hold, by its id.
 
-        A leaf is packed only when every entry it names is at hand (written by this transaction, checked
-        here against its id, or already stored) and they fit `packs.MAX_PAYLOAD`; otherwise its entries
-        keep a record each. The blobs its entries name go in with them while they fit, unless another
-        pack holds them already. An object held by two packs points to the first.
+        A leaf is packed only when the store does not hold it yet and every entry it names is at hand
+        (written by this transaction, checked here against its id, or already stored) and they fit
+        `packs.MAX_PAYLOAD`; otherwise its entries keep a record each. The blobs its entries name go in
+        with them while they fit, unless another pack holds them already. An object held by two packs
+        points to the first.
         """
-        packed: dict[ObjectId, bytes] = {}
+        packed: dict[ObjectId, tuple[bytes, bytes]] = {}
         pointers: dict[ObjectId, bytes] = {}
         written = w.objects
         node_start = seq.NODE_START
@@ -488,8 +513,8 @@ class _Records:
             if not data.startswith(node_start):
                 continue
             order = seq.packed_order_of(data)  # None: not a leaf, stored as it is (a read says what is wrong)
-            if not order or len(order) > packs.MAX_ENTRIES:
-                continue
+            if not order or len(order) > packs.MAX_ENTRIES or self.record(oid) is not None:
+                continue  # held already, packed or not: its objects keep what they point at
             entries = self._pack_entries(order, written)
             if entries is None:
                 continue
@@ -570,9 +595,12 @@ class _Records:
             value = self.find(oid)
             if value is not None:
                 if packs.is_pack(value):
-                    self._unpack_survivors(oid, value, w.deleted)
+                    self._unpack_survivors(oid, w.deleted)
+                    txn.delete(rec.object_key(oid), db=dbs[rec.PACKS])
                 txn.delete(rec.object_key(oid), db=objs)
         put, key, framed, written = txn.put, rec.object_key, rec.object_record, w.objects
+        for pack_key, pack in prepared.packs:
+            put(pack_key, pack, db=dbs[rec.PACKS])
         for oid, value, pointer in prepared.writes:
             if not pointer:
                 if not put(key(oid), value, db=objs, overwrite=False):
@@ -617,10 +645,10 @@ class _Records:
             stamp = time or bytes(held[:rec.TIME_SIZE])
         self._t.put(key, rec.object_record(oid, stamp, pointer), db=self._dbs[rec.OBJECTS])
 
-    def _unpack_survivors(self, leaf: ObjectId, value: bytes, deleted: Iterable[ObjectId]) -> None:
-        """Before the leaf pack `leaf` is deleted: every object that points into it and is not deleted
-        too gets a record of its own again (with its write time), so nothing reachable is lost."""
-        parts = self.pack_parts(leaf, value)
+    def _unpack_survivors(self, leaf: ObjectId, deleted: Iterable[ObjectId]) -> None:
+        """Before the packed leaf `leaf` is deleted: every object that points into its pack and is not
+        deleted too gets a record of its own again (with its write time), so nothing reachable is lost."""
+        parts = self.pack_parts(leaf)
         doomed = set(deleted)
         dict_id = self.current_dict()
         frame = rec.packer(self._e.dicts.get(dict_id), dict_id)
@@ -646,29 +674,24 @@ class _Records:
             self._t.put(key, rec.restamped(held, time), db=self._dbs[rec.OBJECTS])
 
     def recompress(self, dict_id: int, dictionary: zstandard.ZstdCompressionDict) -> None:
-        """Rewrite every small stored value that `dictionary` shrinks with it (write times kept)."""
-        objs = self._dbs[rec.OBJECTS]
-        rewritten: list[tuple[bytes, bytes]] = []
-        for key, record in self._t.cursor(db=objs):
-            value = rec.record_value(record)
-            head = 0
-            if value[0] == packs.LEAF_PACK:  # its payload is framed as a small object is
-                head = packs.FRAMED_AT
-            elif value[0] not in (codec.RAW, codec.ZSTD):
-                continue
-            framed = value[head:]
-            if rec.canonical_size(framed) > DICT_MAX_OBJECT:
-                continue
-            try:
-                data = codec.decompress(framed, dictionaries=self._e.dicts)
-            except EncodingError as exc:
-                raise StoreError(f"stored object {to_hex(rec.record_id(key, record))} is corrupt ({exc}); "
-                                 "run `ctxstore fsck`") from None
-            better = rec.stored_value(data, dictionary, dict_id)
-            if len(better) < len(framed):
-                rewritten.append((bytes(key), bytes(record[:rec.HEAD_SIZE]) + value[:head] + better))
-        for key, record in rewritten:
-            self._t.put(key, record, db=objs)
+        """Rewrite every small stored value (and pack payload) that `dictionary` shrinks with it (write
+        times kept)."""
+        for db, head in ((self._dbs[rec.OBJECTS], rec.HEAD_SIZE), (self._dbs[rec.PACKS], packs.FRAMED_AT)):
+            rewritten: list[tuple[bytes, bytes]] = []
+            for key, record in self._t.cursor(db=db):
+                framed = bytes(record[head:])
+                if framed[0] not in (codec.RAW, codec.ZSTD) or rec.canonical_size(framed) > DICT_MAX_OBJECT:
+                    continue
+                try:
+                    data = codec.decompress(framed, dictionaries=self._e.dicts)
+                except EncodingError as exc:
+                    raise StoreError(f"stored record {bytes(key).hex()} is corrupt ({exc}); run `ctxstore fsck`"
+                                     ) from None
+                better = rec.stored_value(data, dictionary, dict_id)
+                if len(better) < len(framed):
+                    rewritten.append((bytes(key), bytes(record[:head]) + better))
+            for key, record in rewritten:
+                self._t.put(key, record, db=db)
 
     def put_dict(self, data: bytes) -> int:
         """Store a new zstd dictionary under the next id, which is returned."""
@@ -685,6 +708,8 @@ class _Prepared:
     writes seeing what the object's record is."""
 
     writes: list[tuple[ObjectId, bytes, bool]]
+    packs: list[tuple[bytes, bytes]]
+    """The packs of the leaves it packs, by record key, for the ``packs`` database."""
 
 
 def _write_samples(w: WriteSet) -> list[bytes]:
@@ -970,8 +995,9 @@ class LmdbStore(BatchWrites):
             return records.written_at(oid)
 
     def stored_size(self, oid: ObjectId) -> int:
-        """Bytes the object's value occupies (codec byte plus compressed bytes)."""
-        return len(self._required(oid, _Records.find))
+        """Bytes the object's value occupies (codec byte plus compressed bytes; a packed leaf's, its pack's
+        too)."""
+        return self._required(oid, _Records.stored_size)
 
     def stats(self) -> StoreStats:
         """Object count, canonical and stored bytes, and the pages in use in the data file."""
@@ -981,6 +1007,7 @@ class LmdbStore(BatchWrites):
                 objects += 1
                 stored_bytes += len(value)
                 object_bytes += rec.canonical_size(value)
+            stored_bytes += records.packs_bytes()
             file_bytes = self.environment.file_bytes()
         return StoreStats(objects=objects, object_bytes=object_bytes, stored_bytes=stored_bytes,
                           file_bytes=file_bytes)

@@ -3,24 +3,30 @@
 A conversation is read a view at a time, and a view is its tree's leaves in order, each naming a few
 dozen entries. Stored one record per entry, reading 100,000 messages is 100,000 lookups, zstd calls and
 hashes, and each small message compresses poorly alone. So when a leaf closes (its chunk can never
-change again), the store keeps it as a *leaf pack*: one record, under the leaf's own id, holding the
-leaf's canonical bytes and the canonical bytes of every entry it names, compressed together; and each
-of those entries' own record becomes a *pointer* to it. Object ids, canonical bytes and everything above
+change again), the store keeps it as a *leaf pack*: one record, in a database of its own under the
+leaf's key, holding the leaf's canonical bytes and the canonical bytes of every entry it names (and of
+the blobs they name), compressed together; the leaf's record in ``objs`` becomes a marker, and each of
+the packed objects' a *pointer* to it. Packs are apart from ``objs`` so that a reader of a whole view
+looks leaves up in a small tree, and ``objs`` holds only small records. Object ids, canonical bytes and everything above
 the store are unchanged: `get` of the leaf or of an entry returns the same bytes, checked against the
 id asked for; a reader of a whole view (`get_leaves`) takes a leaf's entries from its one record.
 
-Stored values (after the record's write time and id tail, `records`):
+Records (in ``objs``, after the record's write time and id tail, `records`; and in ``packs``):
 
-- ``LEAF_PACK`` (0x04), ``seal`` (16 bytes), the leaf's canonical size (4 bytes big-endian), then the
-  payload framed as any small object is (a codec byte: raw, zstd, or dictionary id and zstd). The
-  payload is a canonical CBOR array: the leaf's canonical bytes as a byte string; an array with a byte
-  string per entry the leaf names (once each, in the order they first appear in it: `seq.packed_order`);
-  then one item per entry. For a chat entry (`chat_message_at`: four fields, the message last and exactly
-  a text role and a text content) the byte string is its canonical bytes up to its message and the item
-  is the message itself (a CBOR item of those bytes); for any other entry the byte string is all of its
-  canonical bytes and the item is null. The seal is the first 16 bytes of blake3(leaf id || payload).
-- ``PACKED`` (0x05), the leaf's record key (its first 16 id bytes), the entry's position among the
-  pack's entries (one byte), then the entry's canonical size (4 bytes big-endian).
+- the leaf's value in ``objs``: ``LEAF_PACK`` (0x04), then the leaf's canonical size (4 bytes
+  big-endian);
+- the pack, in ``packs`` under the leaf's record key: ``seal`` (16 bytes), then the payload framed as
+  any small object is (a codec byte: raw, zstd, or dictionary id and zstd). The payload is a canonical
+  CBOR array: the leaf's canonical bytes as a byte string; an array with a byte string per entry the
+  leaf names (once each, in the order they first appear in it: `seq.packed_order`); one item per entry;
+  then the canonical bytes of each blob packed with them, as byte strings. For a chat entry
+  (`chat_message_at`: four fields, the message last and exactly a text role and a text content) the
+  byte string is its canonical bytes up to its message and the item is the message itself (a CBOR item
+  of those bytes); for any other entry the byte string is all of its canonical bytes and the item is
+  null. The seal is the first 16 bytes of blake3(leaf id || payload).
+- a packed object's value in ``objs``: ``PACKED`` (0x05), the leaf's record key (its first 16 id
+  bytes), the object's position among the pack's entries then blobs (one byte), then the object's
+  canonical size (4 bytes big-endian).
 
 The writer packs a leaf only with entries whose bytes it has checked hash to their ids, and seals the
 payload after; a read checks the seal, the leaf's bytes against its id, and (read alone) an entry's
@@ -56,8 +62,8 @@ PACKED = 0x05
 """Codec byte of an entry whose bytes are kept in a leaf pack."""
 SEAL_SIZE = 16
 _SIZE = 4
-FRAMED_AT = 1 + SEAL_SIZE + _SIZE
-"""Where a leaf pack's framed payload starts in its stored value."""
+FRAMED_AT = SEAL_SIZE
+"""Where a pack's framed payload starts in its record (in ``packs``)."""
 MAX_ENTRIES = 255
 """Most entries one pack holds (a pointer names its entry's position in one byte; a leaf holds at most
 128 items)."""
@@ -75,16 +81,17 @@ def _seal(leaf: ObjectId, payload: bytes) -> bytes:
 
 
 def pack_value(leaf: ObjectId, leaf_bytes: bytes, entries: Sequence[tuple[bytes, int | None]],
-               blobs: Sequence[bytes], frame: Callable[[bytes], bytes]) -> bytes:
-    """The stored value of a leaf packed with `entries` (canonical bytes in `seq.packed_order`, each with
-    where its message starts if it is a chat entry: `chat_message_at`) and `blobs` (canonical bytes of
-    blobs they name), its payload framed by `frame` (the store's packer: raw, zstd or dictionary)."""
+               blobs: Sequence[bytes], frame: Callable[[bytes], bytes]) -> tuple[bytes, bytes]:
+    """The leaf's stored value in ``objs`` and its pack's record, for a leaf packed with `entries`
+    (canonical bytes in `seq.packed_order`, each with where its message starts if it is a chat entry:
+    `chat_message_at`) and `blobs` (canonical bytes of blobs they name), its payload framed by `frame`
+    (the store's packer: raw, zstd or dictionary)."""
     heads = [data if cut is None else data[:cut] for data, cut in entries]
     messages = [_NULL if cut is None else data[cut:] for data, cut in entries]
     payload = b"".join([cbor_head(4, 2 + len(entries) + len(blobs)), cbor_head(2, len(leaf_bytes)), leaf_bytes,
                         cbor_head(4, len(heads)), *[cbor_head(2, len(h)) + h for h in heads], *messages,
                         *[cbor_head(2, len(b)) + b for b in blobs]])
-    return bytes([LEAF_PACK]) + _seal(leaf, payload) + len(leaf_bytes).to_bytes(_SIZE, "big") + frame(payload)
+    return bytes([LEAF_PACK]) + len(leaf_bytes).to_bytes(_SIZE, "big"), _seal(leaf, payload) + frame(payload)
 
 
 def chat_message_at(data: bytes) -> int | None:
@@ -144,18 +151,18 @@ _CONTENT_KEY = b"gcontent"
 
 
 def is_pack(value: bytes) -> bool:
-    """Whether a stored value is a leaf pack."""
+    """Whether a stored value (in ``objs``) is a packed leaf's."""
     return bool(value) and value[0] == LEAF_PACK
 
 
-def payload_of(leaf: ObjectId, value: bytes, unframe: Callable[[bytes], bytes]) -> bytes:
-    """A leaf pack's payload, its seal checked; `DamagedData` if the record is damaged. `unframe` undoes
-    the store's framing (`codec.decompress`)."""
+def payload_of(leaf: ObjectId, record: bytes, unframe: Callable[[bytes], bytes]) -> bytes:
+    """A pack's payload from its record, its seal checked; `DamagedData` if the record is damaged (or
+    sealed for another leaf). `unframe` undoes the store's framing (`codec.decompress`)."""
     try:
-        payload = unframe(value[FRAMED_AT:])
-    except EncodingError as exc:
+        payload = unframe(record[FRAMED_AT:])
+    except (EncodingError, IndexError) as exc:
         raise _damaged(leaf, str(exc)) from None
-    if value[1:1 + SEAL_SIZE] != _seal(leaf, payload):
+    if record[:SEAL_SIZE] != _seal(leaf, payload):
         raise _damaged(leaf, "its seal does not match")
     return payload
 
@@ -223,8 +230,8 @@ def pointer_values(leaf: ObjectId, sizes: Sequence[int]) -> list[bytes]:
 
 
 def stored_size_of(value: bytes) -> int:
-    """The canonical size of a leaf pack's leaf, or of an entry kept in a pack, from its stored value."""
-    at = 1 + SEAL_SIZE if value[0] == LEAF_PACK else 2 + _KEY_SIZE
+    """The canonical size of a packed leaf, or of an object kept in a pack, from its stored value."""
+    at = 1 if value[0] == LEAF_PACK else 2 + _KEY_SIZE
     return int.from_bytes(value[at:at + _SIZE], "big")
 
 

@@ -14,6 +14,7 @@ refs       ref name (UTF-8)                    object id (32 raw bytes)
 reflog     ref name, NUL, sequence (8 bytes)   a record (the refs layer encodes it)
 config     key (UTF-8)                         bytes
 dicts      dictionary id (4 bytes BE)          a zstd dictionary; the highest id is current
+packs      a packed leaf's key in ``objs``     its pack: seal, framed payload (see `packs`)
 =========  ==================================  ==================================================
 """
 
@@ -36,6 +37,7 @@ __all__ = [
     "KEY_SIZE",
     "OBJECTS",
     "OLD_DATABASES",
+    "PACKS",
     "REFLOG",
     "REFS",
     "TIME_SIZE",
@@ -65,7 +67,8 @@ REFS = b"refs"
 REFLOG = b"reflog"
 CONFIG = b"config"
 DICTS = b"dicts"
-DATABASES = (OBJECTS, REFS, REFLOG, CONFIG, DICTS)
+PACKS = b"packs"
+DATABASES = (OBJECTS, REFS, REFLOG, CONFIG, DICTS, PACKS)
 """The named databases of a store, every one created when a store is first opened for writing."""
 OLD_DATABASES = (b"objects", b"times")
 """Databases of the layout before ``objs`` (full-length keys, write times apart): refused on open."""

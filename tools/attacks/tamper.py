@@ -26,7 +26,7 @@ from ctxstore.format import codec
 KEY = 16     # objs keys are the first 16 bytes of the id
 HEAD = 22    # a record: 6 bytes of write time, the other 16 bytes of the id, then the stored value
 MARK = "tamper-target"
-PACK = 0x04  # a leaf pack: a 16-byte seal, a 4-byte size, then the framed payload (docs/format.md)
+PACK = 0x04  # a packed leaf's value; its pack (a 16-byte seal, the framed payload) is in `packs`
 
 
 def _base(path: Path) -> None:
@@ -68,6 +68,7 @@ class _Db:
         self.objs = self.env.open_db(b"objs")
         self.refs = self.env.open_db(b"refs")
         self.reflog = self.env.open_db(b"reflog")
+        self.packs_db = self.env.open_db(b"packs")
 
     def records(self, db: object) -> list[tuple[bytes, bytes]]:
         with self.env.begin() as txn:
@@ -89,8 +90,8 @@ class _Db:
         return [(k, v) for k, v in self.records(self.objs) if v[HEAD:HEAD + 1] == b"\0" and MARK.encode() in v]
 
     def packs(self) -> list[tuple[bytes, bytes]]:
-        """Records of leaf packs: main's closed leaves with their entries."""
-        return [(k, v) for k, v in self.records(self.objs) if v[HEAD] == PACK]
+        """The packs of main's closed leaves, with their entries."""
+        return self.records(self.packs_db)
 
     def compressed(self) -> list[tuple[bytes, bytes]]:
         """Records of zstd-compressed entries holding the mark: messages main's view shows."""
@@ -119,8 +120,8 @@ def _compressed_flipped(db: _Db, rng: random.Random) -> str:
 
 def _pack_flipped(db: _Db, rng: random.Random) -> str:
     key, value = rng.choice(db.packs())
-    at = rng.randrange(HEAD + 1 + 16 + 4 + 1, len(value))
-    db.put(db.objs, key, value[:at] + bytes([value[at] ^ 0xFF]) + value[at + 1:])
+    at = rng.randrange(16 + 1, len(value))
+    db.put(db.packs_db, key, value[:at] + bytes([value[at] ^ 0xFF]) + value[at + 1:])
     return "a byte of a leaf pack's payload flipped"
 
 
