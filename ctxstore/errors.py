@@ -42,7 +42,11 @@ unknown ref and ``except ValueError`` still catches bad input. Which error means
 
 from __future__ import annotations
 
+import reprlib
+from typing import Any
+
 __all__ = [
+    "shown",
     "AuthError",
     "BadPack",
     "CtxStoreError",
@@ -179,3 +183,17 @@ class AuthError(SyncError, PermissionError):
 
 class ModelError(CtxStoreError):
     """A model call failed; the underlying error is the ``__cause__``."""
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel = 4
+_SHOWN.maxtuple = _SHOWN.maxlist = _SHOWN.maxdict = _SHOWN.maxset = _SHOWN.maxfrozenset = _SHOWN.maxdeque = 8
+_SHOWN.maxstring = _SHOWN.maxother = 120
+_SHOWN.maxlong = 40
+
+
+def shown(value: Any) -> str:
+    """A value as an error message shows it: its repr, cut at a few levels of nesting and a few items,
+    strings at 120 characters. Input quoted back in an error is input a caller may not trust: a value
+    nested thousands deep must not make the message itself fail, nor a long one make it costly."""
+    return _SHOWN.repr(value)

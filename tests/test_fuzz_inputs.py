@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ctxstore import CtxStoreError, MessageHistory, Repository
+from ctxstore.errors import InvalidInput, UnknownRevision, shown
 from ctxstore.format import codec
 from ctxstore.interop import import_claude_code, import_file, import_messages
 from ctxstore.pack.staging import verify_pack
@@ -282,3 +283,14 @@ def test_a_server_answers_any_request_stream_or_refuses(messages: list[dict[str,
 @given(st.binary(max_size=200) | cbor_like.map(_frame))
 def test_a_server_answers_any_bytes_or_refuses(data: bytes) -> None:
     refused_or_value(lambda: _serve(data))
+
+
+def test_a_value_quoted_in_an_error_is_cut_short_however_deep_or_long() -> None:
+    """An error quoting input back (`errors.shown`) cannot fail on it, nor grow with it."""
+    assert len(shown(nested(100_000))) < 200
+    assert len(shown("x" * 1_000_000)) < 200
+    assert shown("refs/heads/main") == "'refs/heads/main'"
+    bad = dict(SNAPSHOT, revisions=[dict(SNAPSHOT["revisions"][0], parent=nested(5_000)), *SNAPSHOT["revisions"][1:]])
+    with pytest.raises((InvalidInput, UnknownRevision)) as caught:
+        MessageHistory.from_snapshot(bad)
+    assert len(str(caught.value)) < 400

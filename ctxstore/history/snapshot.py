@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import DuplicateEntryId, EncodingError, InvalidInput, InvalidObject, UnknownRevision
+from ..errors import DuplicateEntryId, EncodingError, InvalidInput, InvalidObject, UnknownRevision, shown
 from ..format import seq
 from ..format.objects import Revision
 from ..ids import ObjectId, to_hex
@@ -137,7 +137,7 @@ def snapshot_of(graph: Graph, head: ObjectId) -> dict[str, Any]:
 def _known_revision(graph: Graph, text: Any, what: str) -> ObjectId:
     oid = graph.known_revision(text)
     if oid is None:
-        raise UnknownRevision(f"{what} {text!r} is not a revision of this history")
+        raise UnknownRevision(f"{what} {shown(text)} is not a revision of this history")
     return oid
 
 
@@ -188,7 +188,7 @@ def _revision_order(records: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]
         if not isinstance(record, Mapping) or not isinstance(record.get("id"), str):
             raise InvalidInput("each revision must be a dict with a string 'id'")
         if record["id"] in by_id:
-            raise InvalidInput(f"revision id {record['id']!r} appears twice")
+            raise InvalidInput(f"revision id {shown(record['id'])} appears twice")
         by_id[record["id"]] = record
     ordered: list[Mapping[str, Any]] = []
     done: set[str] = set()
@@ -202,7 +202,7 @@ def _revision_order(records: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]
             parent = current.get("parent")
             current = by_id.get(parent) if isinstance(parent, str) else None
             if current is not None and current["id"] in on_stack:
-                raise InvalidInput(f"revision {current['id']!r} is its own ancestor")
+                raise InvalidInput(f"revision {shown(current['id'])} is its own ancestor")
         for item in reversed(stack):
             done.add(item["id"])
             ordered.append(item)
@@ -229,11 +229,11 @@ class _Loading:
             entry, encoded, blobs, _ = intake_entry(value)
             known = self._entries.get(entry.id)
             if known is not None and known[0][0] != encoded[0]:
-                raise DuplicateEntryId(f"snapshot entry id {entry.id!r} names two different entries")
+                raise DuplicateEntryId(f"snapshot entry id {shown(entry.id)} names two different entries")
             before = graph.lookup(entry.id)
             if before is not None and before != encoded[0]:
                 raise DuplicateEntryId(
-                    f"snapshot entry {entry.id!r} differs from the entry with that id in this history")
+                    f"snapshot entry {shown(entry.id)} differs from the entry with that id in this history")
             if before is not None:
                 self.used.add(entry.id)
             self._entries[entry.id] = (encoded, blobs)
@@ -278,11 +278,11 @@ class _Loading:
 def _stored_operation(loading: _Loading, op: Any, parent_items: list[Item], record: Mapping[str, Any],
                       ids: list[str]) -> tuple[dict[str, Any] | None, list[Item] | None]:
     """A record's operation in stored form, and the view it makes from the parent's (None: unknown)."""
-    where = f"revision {record['id']!r}"
+    where = f"revision {shown(record['id'])}"
     if op is None:
         return None, None
     if not isinstance(op, Mapping) or op.get("type") not in ("append", "edit", "fork", "view"):
-        raise InvalidInput(f"{where}: unknown operation {op!r}")
+        raise InvalidInput(f"{where}: unknown operation {shown(op)}")
     kind = op["type"]
     if kind == "fork":
         return {"type": "fork"}, list(parent_items)
@@ -296,7 +296,7 @@ def _stored_operation(loading: _Loading, op: Any, parent_items: list[Item], reco
         for entry_id in op_ids:
             oid = loading.resolve(entry_id)
             if oid is None:
-                raise InvalidInput(f"{where}: append operation names entry {entry_id!r}, which the snapshot lacks")
+                raise InvalidInput(f"{where}: append operation names entry {shown(entry_id)}, which the snapshot lacks")
             oids.append(oid)
         made: list[Item] = list(zip(op_ids, oids, strict=True))
         return {"type": "append", "entryIds": list(op_ids), "entries": oids}, [*parent_items, *made]
@@ -321,7 +321,7 @@ def _created_at(record: Mapping[str, Any]) -> int:
     if isinstance(created, float) and created.is_integer():
         created = int(created)
     if not isinstance(created, int) or isinstance(created, bool) or created < 0:
-        raise InvalidInput(f"revision {record['id']!r} needs 'createdAt' in milliseconds since the epoch")
+        raise InvalidInput(f"revision {shown(record['id'])} needs 'createdAt' in milliseconds since the epoch")
     return created
 
 
@@ -344,7 +344,7 @@ def load_into(graph: Graph, data: Mapping[str, Any], *, fresh: bool) -> tuple[Gr
     for record in ordered:
         ids = record.get("entryIds")
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise InvalidInput(f"revision {record['id']!r} needs 'entryIds', a list of entry ids")
+            raise InvalidInput(f"revision {shown(record['id'])} needs 'entryIds', a list of entry ids")
         created = _created_at(record)
         parent_text = record.get("parent")
         parent: ObjectId | None = None
@@ -352,7 +352,7 @@ def load_into(graph: Graph, data: Mapping[str, Any], *, fresh: bool) -> tuple[Gr
         if parent_text is not None:
             parent = mapped.get(parent_text) if isinstance(parent_text, str) else None
             if parent is None:
-                parent = _known_revision(graph, parent_text, f"parent of revision {record['id']!r}")
+                parent = _known_revision(graph, parent_text, f"parent of revision {shown(record['id'])}")
             parents.add(parent)
             parent_items = list(seq.iter_items(ws.revision(parent, operation=False).seq, ws.node))
         operation, items = _stored_operation(loading, record.get("operation"), parent_items, record, ids)
@@ -368,13 +368,13 @@ def load_into(graph: Graph, data: Mapping[str, Any], *, fresh: bool) -> tuple[Gr
         try:
             oid = ws.put(rev)
         except (EncodingError, InvalidObject) as exc:
-            raise InvalidInput(f"revision {record['id']!r} cannot be stored: {exc}") from None
+            raise InvalidInput(f"revision {shown(record['id'])} cannot be stored: {exc}") from None
         _introduce(graph, oid, rev, parent_items, items)
         mapped[record["id"]] = oid
         if record["id"] != to_hex(oid):
             known = graph.aliases.get(record["id"], oid)
             if known != oid:
-                raise InvalidInput(f"revision id {record['id']!r} already names another revision here")
+                raise InvalidInput(f"revision id {shown(record['id'])} already names another revision here")
             aliases[record["id"]] = oid
     head_oid = mapped.get(head) or _known_revision(graph, head, "head")
     new_tips = {oid for oid in mapped.values() if oid not in parents}
