@@ -91,9 +91,8 @@ def test_a_turn_takes_the_fast_intake_to_what_the_general_path_makes(message: An
     assert list(entry.message) == list(message)
 
 
-@pytest.fixture
-def counted_ids(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Generated entry ids made deterministic (a counter), each one listed as it is drawn."""
+def _count_ids(patch: pytest.MonkeyPatch) -> list[str]:
+    """Generated entry ids made deterministic (a counter); the list they are added to as they are drawn."""
     drawn: list[str] = []
     counter = itertools.count()
 
@@ -101,8 +100,14 @@ def counted_ids(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         drawn.append(f"id{next(counter):024d}")
         return drawn[-1]
 
-    monkeypatch.setattr(intake, "new_entry_id", new_entry_id)
-    yield drawn
+    patch.setattr(intake, "new_entry_id", new_entry_id)
+    return drawn
+
+
+@pytest.fixture
+def counted_ids(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """`_count_ids` for one test."""
+    yield _count_ids(monkeypatch)
 
 
 def _bare(message: Any) -> bool:
@@ -115,14 +120,7 @@ def test_an_import_is_byte_identical_to_the_general_path(messages: list[Any]) ->
     """Extending by messages gives the revision id and every object the general path (each message
     given with the id it was generated) gives; what one refuses, so does the other."""
     with pytest.MonkeyPatch.context() as patch:
-        drawn: list[str] = []
-        counter = itertools.count()
-
-        def new_entry_id() -> str:
-            drawn.append(f"id{next(counter):024d}")
-            return drawn[-1]
-
-        patch.setattr(intake, "new_entry_id", new_entry_id)
+        drawn = _count_ids(patch)
         try:
             fast = MessageHistory(created_at=1).extend(messages, created_at=2)
         except CtxStoreError:

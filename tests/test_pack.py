@@ -593,16 +593,8 @@ def test_rebuildable_revisions_with_any_fields_are_refused_or_read_never_crash(
 @given(count=st.integers(0, 2**63), cut=st.integers(0, HEADER_MAX))
 def test_the_declared_count_is_read_from_a_headers_first_bytes_once_they_hold_it(count: int, cut: int) -> None:
     """What a progress meter shows: the header's count once its bytes are all there, else 0."""
-    header = b"".join(write_pack([], count))[:HEADER_MAX] if count == 0 else MAGIC + bytes([VERSION]) + _leb128(count)
-    whole = len(MAGIC) + 1 + len(_leb128(count))
+    header = b"".join(write_pack([], count))[:HEADER_MAX] if count == 0 else MAGIC + bytes([VERSION]) + varint(count)
+    whole = len(MAGIC) + 1 + len(varint(count))
     assert declared_count(header[:cut]) == (count if cut >= whole else 0)
     assert declared_count(bytes([MAGIC[0] ^ 1]) + header[1:]) == 0
 
-
-def _leb128(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)

@@ -474,28 +474,21 @@ def revision_without_operation(data: bytes, placeholder: dict[str, Any]) -> Revi
         spine_at = at + len(_SPINE_FIELD)
         if spine_at < len(data) and 0x81 <= data[spine_at] <= 0x97:
             break
-    n = data[0] - 0xA0
-    if not 5 <= n <= 6:
-        return None
     stream = io.BytesIO(data)
-    stream.seek(1)
-    decoder = cbor2.CBORDecoder(stream)
-    fields: dict[str, Any] = {}
+    stream.seek(spine_at)
     try:
-        for _ in range(n - 2):
-            key = decoder.decode()
-            fields[key] = decoder.decode()
-        if decoder.decode() != "operation":
-            return None
-        stream.seek(spine_at)
-        spine = decoder.decode()
+        fields = fields_before_spine(data, before="operation")
+        spine = cbor2.CBORDecoder(stream).decode()
     except (cbor2.CBORDecodeError, ValueError):
         return None
-    created, size = fields.get("createdAt"), fields.get("size")
-    if stream.tell() != len(data) or fields.get("type") != "revision" or type(size) is not int:
+    # With an operation, two of the map's fields (it and the spine) are not among those read.
+    if fields is None or len(fields) != data[0] - 0xA2 or stream.tell() != len(data):
         return None
-    Revision(fields.get("parent"), created, None, spine, size).check(items=False)  # type: ignore[arg-type]
-    return Revision(fields.get("parent"), created, placeholder, spine, size)  # type: ignore[arg-type]
+    parent, created, size = fields.get("parent"), fields.get("createdAt"), fields.get("size")
+    if fields.get("type") != "revision" or type(size) is not int:
+        return None
+    Revision(parent, created, None, spine, size).check(items=False)  # type: ignore[arg-type]
+    return Revision(parent, created, placeholder, spine, size)  # type: ignore[arg-type]
 
 
 def revision_header(data: bytes) -> tuple[ObjectId | None, int]:
