@@ -12,6 +12,7 @@ must look at) and the start-up of a `ctxstore` process that does nothing.
 from __future__ import annotations
 
 import argparse
+import compileall
 import random
 import shutil
 import statistics
@@ -99,6 +100,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.conversations, args.runs = 200, 1
+    # Byte-compiled first, as tools/bench.py does: under PYTHONDONTWRITEBYTECODE every timed `ctxstore`
+    # process would otherwise compile each changed module again.
+    compileall.compile_dir(Path(__file__).resolve().parent.parent / "ctxstore", quiet=1)
     root = Path(tempfile.mkdtemp(prefix="bench-grep-"))
     try:
         repo_path, files = root / "repo", root / "jsonl"

@@ -6,6 +6,7 @@ Each figure is measured side by side with its baseline in the same run.
 
 from __future__ import annotations
 
+import compileall
 import os
 import random
 import shutil
@@ -50,8 +51,9 @@ def _dir_bytes(path: Path) -> int:
 
 def _child(kind: str, workdir: str) -> list[float]:
     """Run one measurement in a fresh process (one LMDB sync mode per environment and process)."""
-    out = subprocess.run([sys.executable, __file__, "--child", kind, workdir], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run([sys.executable, __file__, "--child", kind, workdir], capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"measurement {kind} failed:\n{out.stderr}")
     return [float(x) for x in out.stdout.strip().splitlines()[-1].split()]
 
 
@@ -293,50 +295,50 @@ def durable_floor(workdir: Path) -> str:
     return " ".join(str(statistics.median(times[k])) for k in ("ctxstore", "jsonl", "sqlite", "lmdb"))
 
 
-DURABLE_NOTE = """ctxstore's own CPU per append + commit at 100,000 messages is the non-durable row above (about
-0.25 ms). Each append used to encode its revision's 4 KB spine three times (the history making it, the
-store checking its delta, the store reading the head back for the next append: about 60% of the CPU),
-and the ref-name check re-validated a short name's invalid candidates on every lookup. Now the spine is
-encoded once, reusing its parent's encoded levels (cut out of the loaded head's bytes); the store checks
-the delta re-encoding only the level the append changed, with the fields before the spine written
-directly rather than through the general encoder; the head just written reads back from the revision
-cache without encoding or hashing; ref-name checks are cached both ways; a reflog record is an array
-(no keys). When the disk's flush costs milliseconds (the p50 table), the two flushes are the commit and
-the ratio to the raw put is near 1; when a flush is fast (0.3 ms, the commit-rate row) what remains is
-that CPU and the 9 pages against 3, about 2x the raw put. Going below needs fewer pages per commit (one
-random insert instead of two) or a one-flush commit (docs/storage.md, Durability)."""
-BULK_NOTE = """Bulk import: before, the first large commit filled the new store's 64 MiB map, and LMDB's retry after
-growing it compressed every object a second time; then the dictionary was trained after the commit,
-in a second durable transaction. Now the records a commit makes are kept for its retry, and a commit
-bringing 512 objects or more to a store without a dictionary trains one on 2,000 of its own objects
-first and writes them with it (chat entries compress twice as well and twice as fast with it as with
-plain zstd). What remains is the history, not the store. Building the history of 100,000 messages
-(`MessageHistory.extend`) took 1.92 s (CPU, on a quiet machine) and committing it 0.94 s, against 1.68 s
-for the whole raw pipeline; the build is now about 1.5 s: a chat entry (no meta, no sources, text
-only) is laid out directly and only its message goes through CBOR (`objects.encode_entry`, the same
-bytes as the codec's, without its value check), and an entry id spells its time and node digits once
-per millisecond. The build's profile now (cProfile, share of its time): `intake_entry` itself 15%
-(checking and copying the message), `cbor2.dumps` of the messages 14%, the entry-id index
-(`Workspace.introduce`) 13%, the sequence tree 12%, blake3 7%, entry ids 5%: the raw pipeline's CBOR
-and hash plus about 7 us per message of checking, copying, naming and indexing it."""
-READ_NOTE = """How the read goes (`MessageHistory.render`): the view's tree is read a level at a time (in
-slices of 512 nodes, so a level's decoded nodes are not all held at once) and its entries in batches of
-4,096, each batch one `get_many` (one read transaction, every object checked against its id); an
-entry's message is taken from its checked bytes without making an `Entry` (`objects.entry_message`: a
-chat entry's fixed layout is read directly and only the message is decoded, 0.12 s against 0.28 s for
-the whole entry and 0.29 s for `json.loads` of the same messages), blobs are read only for the messages
-that hold them, and the cyclic garbage collector is held off while the view is decoded. What is left,
-measured alone on the same 100,000 entries in one process (CPU seconds): the tree and the view's ids
-0.12, the LMDB gets 0.11, zstd with the dictionary 0.19, blake3 over each entry 0.08, the message
-decode and check 0.19: 0.69 of the 0.84 of a warm render, against about 0.3 for SQLite's whole select.
-The store's part (gets, zstd, hashes: 0.38 s) is per object; storing entries packed per leaf of the
-sequence tree (one object per 32 entries) would cut it to a few hundredths and bring the read near
-SQLite's, a change of the object format and of every layer that counts objects (packs, gc, fsck), not
-of the read path, and not made here. Of the memory, about 25-40 MB are the pages of LMDB's data file
-that the read touched (file-backed, the page cache's; the kernel maps 16 pages around each fault, and
-dropping them as the read goes (madvise) cost 20% more time, so it is not done); the anonymous memory
-is the messages, the view's ids and, for a bulk import, the one revision's operation naming all
-100,000 entries (15 MB), which a history keeps with its head."""
+DURABLE_NOTE = """ctxstore's own CPU per append + commit at 100,000 messages is the non-durable row above. The history
+encodes the revision's spine once, reusing its parent's encoded levels; the store checks the delta
+re-encoding only the level the append changed, and the head just written reads back from the revision
+cache; ref-name checks are cached; a reflog record is an array. Leaf packs change what a commit writes
+only when the append closes a leaf: the leaf's pack is written and the records of the entries it holds
+are rewritten as pointers into it (docs/storage.md, Leaf packs). Counted with strace over 230 durable
+appends at 100,000 bulk-imported messages (the objects B-tree three levels deep): a median of 12 data
+pages per commit (10 at least), against 3 for the raw single put into its small database; the 12 of the
+230 that closed a leaf wrote 20 to 103. When the disk's flush costs milliseconds, the two flushes are
+the commit and the ratio to the raw put is near 1; when a flush is fast, what remains is that CPU and
+those pages. Going below needs fewer pages per commit (one random insert instead of two) or a one-flush
+commit (docs/storage.md, Durability)."""
+BULK_NOTE = """Bulk import, by part (100,000 messages into a new durable repository, measured apart in one process, 5
+runs): building the history (`MessageHistory.extend`, one call) took 1.06-1.51 s and committing it
+1.95-2.44 s, so the commit is well over half of an import; `import_messages` adds checking the list as
+the Messages API would and comparing it with the view. The build: a chat turn (a text role and content
+under the blob threshold) is laid out directly (`intake.intake_turn`, `objects.encode_turn`: no deep
+copy, only the message goes through CBOR), entry ids share their digits but the last two, spelled once
+per millisecond and 1,024 ids, and the cyclic garbage collector is paused during the extend. The
+commit: a commit bringing 512 objects or more to a store without a dictionary trains one on 2,000 of
+its objects first (0.1 s); its records are made once (kept for a retry after the map grows) and written
+sorted by key, so pages fill in order. Most of the commit (about 65% of it under cProfile) is now
+making the leaf packs: for each of about 3,200 closed leaves, its entry ids read from its bytes, its
+entries' bytes hashed again against their ids and their layout read (`packs.chat_message_at`), the pack
+laid out and compressed as one frame with the dictionary, and a pointer made for each entry. The raw
+pipeline writes one record per message and packs nothing; the packs are what the render above is bought
+with, paid once per leaf."""
+READ_NOTE = """How the read goes (`MessageHistory.render`, `history.entry.read_view_messages`): the view's tree is
+read a level at a time down to its leaves (in slices of 512 nodes), then the leaves 128 per read
+transaction (`store.base.read_leaves`). A closed leaf is kept in a leaf pack (docs/storage.md, Leaf
+packs), a record of the `packs` database, a small tree apart from the objects: one lookup there, one
+zstd call with the dictionary, the pack's seal checked (blake3 over the payload) and the leaf's bytes
+against its id, and one `cbor2.loads` of the payload yields the messages of all its chat entries, which
+the render hands out as they are when the leaf names each entry once. Anything else (the entries of the
+spine's last leaf, a leaf not packed, an entry with meta, blocks or blobs) is read as before: in
+batches of 4,096 with `get_many`, each entry checked against its id and its message taken from its
+bytes (`objects.entry_message`). Measured apart on 100,000 messages built the same way (wall seconds,
+medians of 5, four sessions): in a new process, importing ctxstore and opening the repository take
+0.05-0.07 and the first render 0.25-0.36; warm, reading the tree takes under 0.01 and the leaves with
+their messages (about 3,100-3,300 packs, 17 MB stored inflating to 70 MB of payload) 0.25-0.37: zstd
+0.07-0.11, `cbor2.loads` 0.12-0.19, the seals 0.03, the leaves' ids 0.01, the lookups under 0.01. So a
+render is now mostly decoding its messages, as SQLite's and JSONL's reads are. RSS less anonymous RSS
+is the pages of LMDB's data file the read touched (file-backed, the page cache's); the anonymous memory
+is the messages and the view's ids."""
 READ_MESSAGES = 100_000
 READ_ROUNDS = 5
 _READERS = {
@@ -409,6 +411,9 @@ KINDS: dict[str, Callable[[Path], Any]] = {
 
 
 def main() -> None:
+    # Byte-compiled first, as tools/bench.py does: under PYTHONDONTWRITEBYTECODE every measuring child (and
+    # every reader timed with its imports) would otherwise compile each changed module again.
+    compileall.compile_dir(Path(__file__).resolve().parent.parent / "ctxstore", quiet=1)
     base = Path(tempfile.mkdtemp(prefix="ctxstore-bench-"))
     try:
         fig: dict[str, float] = {}
@@ -513,16 +518,15 @@ ctxstore / SQLite |
 
 What a commit costs is mostly the pages LMDB copies, writes and (when durable) flushes, and the object
 model sets their number. An append writes the entry and the revision (stored as a delta on its parent,
-about 110 bytes, and whole with its spine when the append closes a leaf; docs/storage.md), plus a node
-when the append closes a chunk (about one append in 32); each object is an insert at a random place in the
-objects B-tree (object ids are random), then the ref, its reflog, and LMDB's main and free-list pages.
-Counted with strace over 20 durable commits at 100,000 messages: 9 data pages per commit (the entry and
-the revision each dirty a branch page and a leaf), one fdatasync, then the meta page through LMDB's
-O_DSYNC descriptor: the two ordered flushes of every durable LMDB commit; the raw single put writes 3
-data pages. Both durable figures move by 10-20% from run to run with the disk, and more within a run:
-the disk's flush time changes by a factor of ten within minutes on this shared machine, which is why
-each figure is taken in turns with its baseline. Messages are made before the timed loops, as the
-baselines' values are.
+about 110 bytes, and whole with its spine when the append closes a leaf; docs/storage.md), plus, when
+the append closes a leaf (about one append in 32), the leaf's pack and a pointer record for each entry
+it holds; each object is an insert at a random place in the objects B-tree (object ids are random), then
+the ref, its reflog, and LMDB's main and free-list pages. A durable commit writes its data pages, one
+fdatasync, then the meta page through LMDB's O_DSYNC descriptor: the two ordered flushes of every
+durable LMDB commit (the pages are counted below). Both durable figures move by 10-20% from run to run
+with the disk, and more within a run: the disk's flush time changes by a factor of ten within minutes
+on this shared machine, which is why each figure is taken in turns with its baseline. Messages are made
+before the timed loops, as the baselines' values are.
 
 {DURABLE_NOTE}
 

@@ -19,6 +19,7 @@ pack's per-message overhead).
 from __future__ import annotations
 
 import argparse
+import compileall
 import shutil
 import statistics
 import subprocess
@@ -193,6 +194,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="pulls and unpacks to take the median of")
     parser.add_argument("--no-write", action="store_true", help="print the section, leave the docs alone")
     args = parser.parse_args()
+    # Byte-compiled first, as tools/bench.py does: under PYTHONDONTWRITEBYTECODE the hub process would
+    # otherwise compile each changed module again every time it starts.
+    compileall.compile_dir(ROOT / "ctxstore", quiet=1)
     rows = [(kind, label, measure(args.n, one, kind, args.repeat))
             for kind in ("chat", "templated")
             for label, one in (("N appends (N revisions)", False), ("one append of N (1 revision)", True))]
