@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import blake3
+import cbor2
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -20,9 +21,10 @@ from ctxstore.errors import DamagedData
 from ctxstore.format import seq
 from ctxstore.format.objects import Entry, SeqNode, encode_object, entry_message, parse_object
 from ctxstore.ids import ObjectId, object_id
+from ctxstore.store import lmdb as lmdb_store
 from ctxstore.store import packs
 from ctxstore.store import records as rec
-from ctxstore.store.base import read_leaves
+from ctxstore.store.base import WriteSet, read_leaves
 from ctxstore.store.lmdb import LmdbStore
 from ctxstore.store.memory import MemoryStore
 
@@ -69,7 +71,7 @@ def test_a_conversation_recorded_one_commit_each_has_its_closed_leaves_packed(tm
     store = repo.store
     assert isinstance(store, LmdbStore)
     leaves = _leaves([(oid, twin.get(oid)) for oid in twin])
-    assert len(leaves) >= 4  # about one leaf per 32 entries
+    assert len(leaves) >= 2  # about one leaf per 32 entries, and one per 128 at the fewest
     assert {_value(store, oid)[0] for oid in leaves} == {packs.LEAF_PACK}
     packed = {oid for leaf in leaves for oid in seq.packed_order(parse_object(twin.get(leaf)).items)}
     assert {_value(store, oid)[0] for oid in packed} == {packs.PACKED}
@@ -150,7 +152,7 @@ def test_the_blobs_a_leafs_entries_name_are_packed_with_them(tmp_path: Path) -> 
         blobs = [oid for oid in twin if parse_object(twin.get(oid)).to_value()["type"] == "blob"]
         assert len(blobs) == 37
         codecs = [_value(store, oid)[0] for oid in blobs]
-        assert codecs.count(packs.PACKED) >= 30  # all but those only the spine's entries name
+        assert codecs.count(packs.PACKED) >= 20  # all but those only the open leaf's entries name
         everything = sorted(twin)
         assert store.get_many(everything) == [twin.get(oid) for oid in everything]
         assert store.stats().object_bytes == sum(len(twin.get(oid)) for oid in everything)
@@ -180,41 +182,45 @@ def test_deleting_a_pack_keeps_the_entries_another_leaf_still_names(tmp_path: Pa
     with LmdbStore(tmp_path / "s", durable=False) as store:
         first = MessageHistory(source=store).extend([_chat(n) for n in range(200)])
         store.put_many(first.workspace.pending())
-        # One more message at the front: a new first leaf holding the old one's entries, which stay
-        # pointing into the old one's pack.
-        second = MessageHistory(source=store, head=first.revision_id)
-        ids = [e.id for e in second.refs()]
-        second = second.append({"role": "user", "content": "front"})
-        second = second.with_view([[e.id for e in second.refs()][-1], *ids])
-        store.put_many(second.workspace.pending())
-        old = _view_leaves(store, first.revision_id) - _view_leaves(store, second.revision_id)
-        assert len(old) == 1
-        moved = seq.packed_order(parse_object(store.get(next(iter(old)))).items)
+        # One more message at the front: a new first leaf (or two: where entry ids cut chunks decides)
+        # holding the old ones' entries, which stay pointing into the old ones' packs. Should the new
+        # message end a chunk itself, the old leaves stay in the tree: try another.
+        for attempt in range(20):
+            second = MessageHistory(source=store, head=first.revision_id)
+            ids = [e.id for e in second.refs()]
+            second = second.append({"role": "user", "content": f"front {attempt}"})
+            second = second.with_view([[e.id for e in second.refs()][-1], *ids])
+            store.put_many(second.workspace.pending())
+            old = _view_leaves(store, first.revision_id) - _view_leaves(store, second.revision_id)
+            if old:
+                break
+        assert old
+        moved = [oid for leaf in old for oid in seq.packed_order(parse_object(store.get(leaf)).items)]
         assert {_value(store, oid)[0] for oid in moved} == {packs.PACKED}
         before = {oid: store.get(oid) for oid in moved}
-        assert store.delete_many(old) == 1
-        assert {_value(store, oid)[0] for oid in moved} != {packs.PACKED}  # records of their own again
+        assert store.delete_many(old) == len(old)
+        assert packs.PACKED not in {_value(store, oid)[0] for oid in moved}  # records of their own again
         assert {oid: store.get(oid) for oid in moved} == before
-        assert next(iter(old)) not in store
+        assert not any(leaf in store for leaf in old)
         reread = MessageHistory(source=store, head=second.revision_id)
-        assert reread.render() == [{"role": "user", "content": "front"}] + [_chat(n) for n in range(200)]
+        assert reread.render() == [{"role": "user", "content": f"front {attempt}"}] + [_chat(n) for n in range(200)]
 
 
 def test_gc_of_a_dropped_branch_deletes_its_packs_and_leaves_a_clean_store(tmp_path: Path) -> None:
     with Repository.init(tmp_path / "r", durable=False) as repo:
         base = repo.history("main").extend([_chat(n) for n in range(150)])
         repo.commit("main", base)
-        side = base.fork().extend([_chat(n) for n in range(1000, 1200)])
+        side = base.fork().extend([_chat(n) for n in range(1000, 1300)])
         repo.commit("side", side)
         store = repo.store
         assert isinstance(store, LmdbStore)
         side_leaves = _view_leaves(store, side.revision_id) - _view_leaves(store, base.revision_id)
-        assert len(side_leaves) >= 3
+        assert side_leaves  # a leaf closes at 128 items at the latest
         held = len(store)
         repo.delete_ref("side")
         repo.expire_reflogs("refs/heads/side")
         report = repo.gc(grace=0)
-        assert report.deleted >= 200 + len(side_leaves)
+        assert report.deleted >= 300 + len(side_leaves)
         assert len(store) == held - report.deleted
         assert not any(leaf in store for leaf in side_leaves)
         assert repo.fsck().ok
@@ -346,3 +352,103 @@ def test_the_pack_order_read_from_a_leafs_bytes_is_the_one_its_node_gives(
     assert seq.packed_order_of(leaf) == seq.packed_order(parse_object(leaf).items)
     inner = encode_object(SeqNode(level=1, items=[[b"\x03" * 32, 2]]))[1]
     assert seq.packed_order_of(inner) is None
+
+
+# -- objects that hash to their ids but are not what a leaf expects (found in review) ---------------------
+
+def _chat_entry(n: int) -> bytes:
+    return encode_object(Entry(id=f"e{n}", kind="turn", message={"role": "user", "content": f"m{n}"}))[1]
+
+
+def _leaf_of(parts: list[bytes]) -> bytes:
+    return encode_object(SeqNode(level=0, items=[[f"x{i}", object_id(p)] for i, p in enumerate(parts)]))[1]
+
+
+def test_a_leaf_naming_a_packed_leaf_as_an_entry_leaves_that_leaf_readable(tmp_path: Path) -> None:
+    with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
+        history = MessageHistory(source=store).extend([_chat(n) for n in range(100)])
+        made = history.workspace.pending()
+        store.put_many(made)
+        victim = _leaves(made)[0]
+        victims = seq.packed_order(parse_object(dict(made)[victim]).items)
+        entry = _chat_entry(0)
+        crafted = _leaf_of([entry, dict(made)[victim]])
+        store.put_many([(object_id(entry), entry), (object_id(crafted), crafted)])  # later, alone
+        other = _chat_entry(1)
+        both = [_leaf_of([other]), _leaf_of([other, _leaf_of([other])])]  # one commit: a leaf naming the other
+        store.put_many([(object_id(other), other), *((object_id(b), b) for b in both)])
+        lmdb_store._PACKS.clear()  # as a new process reads
+        assert _value(store, victim)[0] == packs.LEAF_PACK
+        assert [store.get(oid) for oid in victims] == [dict(made)[oid] for oid in victims]
+        assert [store.get(object_id(b)) for b in both] == both
+        store.delete_many([object_id(crafted)])
+        lmdb_store._PACKS.clear()
+        assert [store.get(oid) for oid in victims] == [dict(made)[oid] for oid in victims]
+        assert MessageHistory(source=store, head=history.revision_id).render() == [_chat(n) for n in range(100)]
+
+
+def test_an_entry_whose_text_is_not_utf8_is_kept_whole_and_its_pack_reads(tmp_path: Path) -> None:
+    good = [_chat_entry(n) for n in range(3)]
+    bad = good[0].replace(b"\x62m0", b"\x62\xff\xfe").replace(b"\x62e0", b"\x62zz")  # hashes to its id
+    assert packs.chat_message_at(bad) is None and packs.chat_message_at(good[0]) is not None
+    parts = [*good, bad]
+    leaf = _leaf_of(parts)
+    with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
+        store.put_many([(object_id(p), p) for p in parts] + [(object_id(leaf), leaf)])
+        assert _value(store, object_id(leaf))[0] == packs.LEAF_PACK
+        lmdb_store._PACKS.clear()
+        assert [store.get(object_id(p)) for p in parts] == parts
+        _, messages = store.get_leaves([object_id(leaf)])[0]
+        assert messages == [{"role": "user", "content": f"m{n}"} for n in range(3)] + [None]
+        assert store.delete_many([object_id(leaf)]) == 1
+        assert [store.get(object_id(p)) for p in parts] == parts
+
+
+def test_a_leaf_too_large_to_pack_with_its_entries_is_stored_whole(tmp_path: Path) -> None:
+    entry = encode_object(Entry(id="i" * 70_000, kind="turn", message={"role": "user", "content": "x"}))[1]
+    leaf = encode_object(SeqNode(level=0, items=[["i" * 70_000, object_id(entry)]] * 64))[1]
+    assert len(leaf) + len(entry) > packs.MAX_PAYLOAD
+    with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
+        store.put_many([(object_id(entry), entry), (object_id(leaf), leaf)])
+        assert _value(store, object_id(leaf))[0] != packs.LEAF_PACK
+        assert store.get(object_id(leaf)) == leaf and store.get(object_id(entry)) == entry
+
+
+def test_a_commit_whose_leaf_another_writer_stored_meanwhile_prepares_again(tmp_path: Path) -> None:
+    """What a retry after the map grew checks (`_Records.holds_any`): records made before another writer
+    stored one of the leaves they pack are made again, so no pointer names a pack that is not written."""
+    history = MessageHistory().extend([_chat(n) for n in range(100)])
+    made = dict(history.workspace.pending())
+    leaf = _leaves(list(made.items()))[0]
+    with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
+        env = store.environment
+        writes = WriteSet(objects=dict(made))
+        txn = env.begin(True)
+        stale = lmdb_store._Records(env, txn).prepare(writes, 1, 0, None)
+        env.end(txn, commit=False)
+        store.put_many([(leaf, made[leaf])])  # meanwhile: the leaf alone (so it is stored whole)
+        txn = env.begin(True)
+        records = lmdb_store._Records(env, txn)
+        assert records.holds_any(key for key, _ in stale.packs)
+        records.apply(writes, 2, records.prepare(writes, 2, 0, None))
+        env.end(txn, commit=True)
+        lmdb_store._PACKS.clear()
+        assert all(store.get(oid) == data for oid, data in made.items())
+
+
+@settings(max_examples=300)
+@given(ident=st.text(min_size=1, max_size=300), kind=st.sampled_from(["turn", "summary"]),
+       role=st.text(max_size=300), content=st.text(max_size=400))
+def test_a_chat_entry_is_cut_where_its_message_starts(ident: str, kind: str, role: str, content: str) -> None:
+    """`packs.chat_message_at` finds the message of every chat entry it can (ids and roles up to 255
+    bytes), and what follows the cut decodes to that message."""
+    message = {"role": role, "content": content}
+    data = encode_object(Entry(id=ident, kind=kind, message=message))[1]
+    cut = packs.chat_message_at(data)
+    if len(ident.encode()) <= 255 and len(role.encode()) <= 255:
+        assert cut is not None
+    if cut is not None:
+        assert cbor2.loads(data[cut:]) == message
+        assert entry_message(data) == message
+    with_meta = encode_object(Entry(id=ident, kind=kind, message=message, meta={"k": 1}))[1]
+    assert packs.chat_message_at(with_meta) is None

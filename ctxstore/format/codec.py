@@ -18,7 +18,7 @@ from typing import Any
 import cbor2
 import zstandard
 
-from ..errors import EncodingError, InvalidInput
+from ..errors import EncodingError, InvalidInput, shown
 
 __all__ = [
     "MAX_DEPTH",
@@ -55,7 +55,7 @@ MAX_TIME_MS = 2**48 - 1
 def check_time_ms(ms: object, what: str = "the clock") -> int:
     """`ms` if it is a time ctxstore can record (a whole number from 0 to `MAX_TIME_MS`), else `InvalidInput`."""
     if type(ms) is not int or not 0 <= ms <= MAX_TIME_MS:
-        raise InvalidInput(f"{what} reads {ms!r} ms since the epoch; times are whole milliseconds from 0 to "
+        raise InvalidInput(f"{what} reads {shown(ms)} ms since the epoch; times are whole milliseconds from 0 to "
                            f"{MAX_TIME_MS} (before 1970 or after the year 10889 is refused): check the clock")
     return ms
 
@@ -86,7 +86,7 @@ def _check(value: Any, depth: int, path: str) -> None:
     if t is dict:
         for key, item in value.items():
             if type(key) is not str:
-                raise EncodingError(f"map key {key!r} at {path or '/'} is not text; keys must be strings")
+                raise EncodingError(f"map key {shown(key)} at {path or '/'} is not text; keys must be strings")
             _check(item, depth + 1, f"{path}/{key}")
         return
     raise EncodingError(f"cannot encode {t.__name__} at {path or '/'}; "

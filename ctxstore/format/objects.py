@@ -13,7 +13,7 @@ from typing import Any
 
 import cbor2
 
-from ..errors import InvalidObject
+from ..errors import InvalidObject, shown
 from ..ids import OID_SIZE, ObjectId, is_oid, object_id
 from .codec import MAX_OBJECT_SIZE, decode, encode
 
@@ -76,7 +76,7 @@ class Entry:
         if type(self.id) is not str or not self.id:
             raise _fail("entry", "id must be a non-empty string")
         if self.kind not in ENTRY_KINDS:
-            raise _fail("entry", f"kind must be one of {ENTRY_KINDS}, not {self.kind!r}")
+            raise _fail("entry", f"kind must be one of {ENTRY_KINDS}, not {shown(self.kind)}")
         if type(self.message) is not dict or type(self.message.get("role")) is not str:
             raise _fail("entry", f"entry {self.id}: message must be a map with a text 'role'")
         content = self.message.get("content")
@@ -302,7 +302,7 @@ def from_value(value: Any, *, trusted: bool = False) -> Object:
     kind = value.get("type")
     allowed = _FIELDS.get(kind) if type(kind) is str else None
     if allowed is None:
-        raise InvalidObject(f"invalid object: unknown type {kind!r}")
+        raise InvalidObject(f"invalid object: unknown type {shown(kind)}")
     extra = set(value) - allowed
     if extra:
         raise InvalidObject(f"invalid {kind} object: unexpected fields {sorted(extra)}")
@@ -321,7 +321,7 @@ def from_value(value: Any, *, trusted: bool = False) -> Object:
         else:
             obj = Blob(value["data"])
     except KeyError as exc:
-        raise InvalidObject(f"invalid {kind} object: missing field {exc.args[0]!r}") from None
+        raise InvalidObject(f"invalid {kind} object: missing field {shown(exc.args[0])}") from None
     obj.check()
     return obj
 
@@ -340,7 +340,13 @@ def parse_object(data: bytes, *, trusted: bool = False) -> Object:
     `trusted=True` skips the canonical-form check and the per-item check of a revision's spine, for bytes
     that were checked when they were stored.
     """
-    return from_value(cbor2.loads(data), trusted=True) if trusted else from_value(decode(data))
+    if not trusted:
+        return from_value(decode(data))
+    try:
+        value = cbor2.loads(data)
+    except (cbor2.CBORDecodeError, ValueError) as exc:  # bytes that hash to their id need not decode
+        raise InvalidObject(f"object does not decode: {exc}") from None
+    return from_value(value, trusted=True)
 
 
 _ENTRY_FIELDS = frozenset(("type", "id", "kind", "message", "meta", "sources"))
@@ -485,10 +491,20 @@ def revision_without_operation(data: bytes, placeholder: dict[str, Any]) -> Revi
     if fields is None or len(fields) != data[0] - 0xA2 or stream.tell() != len(data):
         return None
     parent, created, size = fields.get("parent"), fields.get("createdAt"), fields.get("size")
-    if fields.get("type") != "revision" or type(size) is not int:
+    if fields.get("type") != "revision" or type(size) is not int or not _counts(spine, size):
         return None
     Revision(parent, created, None, spine, size).check(items=False)  # type: ignore[arg-type]
     return Revision(parent, created, placeholder, spine, size)  # type: ignore[arg-type]
+
+
+def _counts(spine: Any, size: int) -> bool:
+    """Whether a decoded spine holds `size` entries (the items of its leaf and the counts above), as the
+    spine a revision's size was made from does: what tells a spine found by its key from a look-alike."""
+    try:
+        return type(spine) is list and bool(spine) and len(spine[0]) + sum(
+            item[1] for level in spine[1:] for item in level) == size
+    except (TypeError, IndexError, KeyError):
+        return False
 
 
 def revision_header(data: bytes) -> tuple[ObjectId | None, int]:

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidObject
+from ..errors import DamagedData, InvalidObject
 from ..format import seq
 from ..format.objects import Entry, Object, SeqNode, entry_message, parse_object
 from ..ids import ObjectId, to_hex
@@ -101,7 +101,11 @@ def read_view_messages(ws: Workspace, spine: seq.Spine,
                         raise InvalidObject(f"object {to_hex(part)} is not a leaf of the sequence tree")
                     items = node.items
                     if messages:
-                        packed = dict(zip(seq.packed_order(items), messages, strict=True))
+                        order = seq.packed_order(items)
+                        if len(order) != len(messages):
+                            raise DamagedData(f"stored leaf {to_hex(part)} has a pack that does not hold its "
+                                              "entries; run `ctxstore fsck`")
+                        packed = dict(zip(order, messages, strict=True))
                 for entry_id, item_oid in items:
                     oid = item_oid if item_oid is not None else lookup(entry_id)
                     if oid is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ..errors import DamagedData, DuplicateEntryId, InvalidInput, InvalidObject, MissingObject
+from ..errors import DamagedData, DuplicateEntryId, InvalidInput, InvalidObject, MissingObject, shown
 from ..format import seq
 from ..format.objects import Revision
 from ..ids import ObjectId, from_hex, to_hex
@@ -186,7 +186,7 @@ class Graph:
                 known = seen.get(entry.id) or self.lookup(entry.id)
                 if known is not None and known != oid:
                     raise DuplicateEntryId(
-                        f"entry id {entry.id!r} already names a different entry in this history; "
+                        f"entry id {shown(entry.id)} already names a different entry in this history; "
                         "use a new id, or leave the id out to have one generated")
             seen[entry.id] = oid
             out.append((entry.id, oid))

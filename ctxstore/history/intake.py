@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from ..errors import EncodingError, InvalidInput
+from ..errors import EncodingError, InvalidInput, shown
 from ..format.codec import MAX_DEPTH, encode
 from ..format.objects import (
     BLOB_THRESHOLD,
@@ -64,7 +64,7 @@ def intake_copy(value: Any, path: str = "", depth: int = 0) -> Any:
         out = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise InvalidInput(f"message key {key!r} at {path or '/'} is not a string")
+                raise InvalidInput(f"message key {shown(key)} at {path or '/'} is not a string")
             out[key] = intake_copy(item, f"{path}/{key}", depth + 1)
         return out
     if t is list or t is tuple:
@@ -154,11 +154,11 @@ def intake_entry(value: Any, *, kind: str | None = None, sources: list[str] | No
     if entry_id is None:
         entry_id = new_entry_id()
     elif not isinstance(entry_id, str) or not entry_id:
-        raise InvalidInput(f"entry id must be a non-empty string, not {entry_id!r}")
+        raise InvalidInput(f"entry id must be a non-empty string, not {shown(entry_id)}")
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         raise InvalidInput("a message is a dict with a string 'role' (and usually 'content')")
     if kind not in ENTRY_KINDS:
-        raise InvalidInput(f"entry kind must be one of {ENTRY_KINDS}, not {kind!r}")
+        raise InvalidInput(f"entry kind must be one of {ENTRY_KINDS}, not {shown(kind)}")
     if meta is not None and not isinstance(meta, dict):
         raise InvalidInput("entry meta must be a dict")
     if sources is not None and (not isinstance(sources, list) or not all(isinstance(s, str) for s in sources)):
@@ -191,14 +191,14 @@ def expand_message(message: dict[str, Any], blob: Callable[[ObjectId], Any]) -> 
 def _need(patch: Mapping[str, Any], key: str, kind: type | tuple[type, ...], what: str) -> Any:
     value = patch.get(key)
     if not isinstance(value, kind):
-        raise InvalidInput(f"{patch.get('op')} patch needs {what} in {key!r}")
+        raise InvalidInput(f"{patch.get('op')} patch needs {what} in {shown(key)}")
     return value
 
 
 def _id_list(patch: Mapping[str, Any], key: str) -> list[str]:
     ids = _need(patch, key, list, "a list of entry ids")
     if not all(isinstance(i, str) for i in ids):
-        raise InvalidInput(f"{patch.get('op')} patch: {key!r} must hold entry ids (strings)")
+        raise InvalidInput(f"{patch.get('op')} patch: {shown(key)} must hold entry ids (strings)")
     return list(ids)
 
 
@@ -208,12 +208,12 @@ def check_patch(patch: Any) -> None:
         raise InvalidInput(f"a patch is a dict with 'op', not {type(patch).__name__}")
     op = patch.get("op")
     if op not in PATCH_OPS:
-        raise InvalidInput(f"unknown patch op {op!r}; expected one of {', '.join(PATCH_OPS)}")
+        raise InvalidInput(f"unknown patch op {shown(op)}; expected one of {', '.join(PATCH_OPS)}")
     if op == "move":
         _id_list(patch, "ids")
         for anchor in ("before", "after"):
             if anchor in patch and patch[anchor] is not None and not isinstance(patch[anchor], str):
-                raise InvalidInput(f"move patch: {anchor!r} must be an entry id")
+                raise InvalidInput(f"move patch: {shown(anchor)} must be an entry id")
     elif op == "summary":
         _id_list(patch, "sourceIds")
         _need(patch, "entry", dict, "an entry input")

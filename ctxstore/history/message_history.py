@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..errors import DuplicateEntryId, InvalidInput, UnknownRevision
+from ..errors import DuplicateEntryId, InvalidInput, UnknownRevision, shown
 from ..format import seq
 from ..format.codec import now_ms
 from ..format.objects import Revision, SeqNode
@@ -47,7 +47,7 @@ class MessageHistory:
         else:
             found = readable_revision(ws, head)
             if found is None:
-                raise UnknownRevision(f"revision {head!r} is not in the store") from None
+                raise UnknownRevision(f"revision {shown(head)} is not in the store") from None
             self._head = found
         self._graph = Graph(ws, frozenset([self._head]))
         if head is None:
@@ -244,7 +244,7 @@ class MessageHistory:
         if isinstance(view, str):
             oid = self._graph.known_revision(view)
             if oid is None:
-                raise UnknownRevision(f"revision {view!r} is not in this history")
+                raise UnknownRevision(f"revision {shown(view)} is not in this history")
             return self._derive(self._graph, oid)
         return self._view_of(_ids(view, "view"))
 
@@ -269,7 +269,7 @@ class MessageHistory:
             raise InvalidInput(f"replay needs a MessageHistory to copy from, not {type(other).__name__}")
         found = other._graph.known_revision(revision_id)
         if found is None:
-            raise UnknownRevision(f"revision {revision_id!r} is not in the history to replay from")
+            raise UnknownRevision(f"revision {shown(revision_id)} is not in the history to replay from")
         return self._replay(other, found, None)
 
     def _replay(self, other: MessageHistory, found: ObjectId,
@@ -290,7 +290,7 @@ class MessageHistory:
                 for entry_id, oid in made:
                     if conflicts.get(entry_id, {oid}) != {oid}:
                         raise DuplicateEntryId(
-                            f"entry id {entry_id!r} names different entries on the two lineages")
+                            f"entry id {shown(entry_id)} names different entries on the two lineages")
             return self._append_made(made, rev.created_at)
         if op["type"] == "edit":
             return self._apply_edit(op["patches"], rev.created_at)
@@ -311,7 +311,7 @@ class MessageHistory:
         for entry_id, oid in made:
             known = self._graph.lookup(entry_id)
             if known is not None and known != oid:
-                raise DuplicateEntryId(f"entry id {entry_id!r} names different entries on the two lineages")
+                raise DuplicateEntryId(f"entry id {shown(entry_id)} names different entries on the two lineages")
 
     def rebase_onto(self, onto: MessageHistory) -> MessageHistory:
         """Replay this history's revisions that `onto` lacks on top of `onto` (oldest first).
@@ -378,7 +378,7 @@ def _ids(value: Any, what: str) -> list[str]:
     ids = _listed(value, what)
     for i in ids:
         if not isinstance(i, str):
-            raise InvalidInput(f"{what} must be a list of entry ids (strings), not {i!r}")
+            raise InvalidInput(f"{what} must be a list of entry ids (strings), not {shown(i)}")
     return ids
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..errors import InvalidInput, InvalidObject
+from ..errors import InvalidInput, InvalidObject, shown
 from ..format import seq
 from ..format.objects import Blob, Entry, Revision, SeqNode, parse_object
 from ..history.entry import MessageHistoryEntry, collector_paused, has_blobs
@@ -174,7 +174,7 @@ def grep(repo: Repository, pattern: str, specs: Sequence[str] = (), *, ignore_ca
     try:
         regex = re.compile(re.escape(pattern) if fixed else pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as exc:
-        raise InvalidInput(f"the pattern {pattern!r} is not a regular expression ({exc}); "
+        raise InvalidInput(f"the pattern {shown(pattern)} is not a regular expression ({exc}); "
                            "pass -F to search for it as plain text") from None
     search = _Search(repo.store, regex, frozenset(fields), Prefilter.of(pattern, fixed=fixed, ignore_case=ignore_case))
     refs = _refs(repo, specs)

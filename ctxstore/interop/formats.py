@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import IO, Any, Final
 
-from ..errors import CtxStoreError, InvalidInput
+from ..errors import CtxStoreError, InvalidInput, shown
 from ..history.entry import MessageHistoryEntry
 from ..history.message_history import MessageHistory
 from ..repo.repository import Repository
@@ -132,7 +132,7 @@ def import_file(repo: Repository, source: Source, ref: str | None = None, *, for
     `progress(done, total)` follows the messages or transcript steps as they are built into histories.
     """
     if format is not None and format not in IMPORT_FORMATS:
-        raise InvalidInput(f"unknown import format {format!r}; use one of {', '.join(IMPORT_FORMATS)}")
+        raise InvalidInput(f"unknown import format {shown(format)}; use one of {', '.join(IMPORT_FORMATS)}")
     text = read_text(source)
     fmt = format or detect_format(text)
     message = f"import {fmt} from {source_name(source)}"
@@ -262,7 +262,7 @@ def write_export(repo: Repository, ref: str, out: IO[str], *, format: str = "jso
     its session id (default: one named by the revision, `claude_export.session_id_for`).
     """
     if format not in EXPORT_FORMATS:
-        raise InvalidInput(f"unknown export format {format!r}; use one of {', '.join(EXPORT_FORMATS)}")
+        raise InvalidInput(f"unknown export format {shown(format)}; use one of {', '.join(EXPORT_FORMATS)}")
     revision = repo.resolve(ref)  # an unknown ref is an error, not an empty export
     history = repo.history(revision)
     if format == "claude":

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, shown
 
 __all__ = ["BLOCK_TYPES", "ROLES", "check_message", "check_messages", "message_of", "tool_use_ids"]
 
@@ -48,7 +48,7 @@ def check_message(message: Any, where: str = "the message") -> None:
     role = message.get("role")
     if not isinstance(role, str) or role not in ROLES:
         hint = " (a system prompt is not a message: pass it to the model separately)" if role == "system" else ""
-        raise InvalidInput(f"{where} has role {role!r}; messages are from 'user' or 'assistant'{hint}")
+        raise InvalidInput(f"{where} has role {shown(role)}; messages are from 'user' or 'assistant'{hint}")
     content = message.get("content")
     if isinstance(content, str):
         return
@@ -63,14 +63,14 @@ def _check_block(block: Any, role: str, where: str) -> None:
         raise InvalidInput(f"{where} is not an object with a 'type'")
     kind = block.get("type")
     if not isinstance(kind, str) or kind not in BLOCK_TYPES:
-        raise InvalidInput(f"{where} has unknown type {kind!r}; known types: {', '.join(sorted(BLOCK_TYPES))}")
+        raise InvalidInput(f"{where} has unknown type {shown(kind)}; known types: {', '.join(sorted(BLOCK_TYPES))}")
     if role == "user" and kind in _ASSISTANT_ONLY:
         raise InvalidInput(f"{where} is a {kind} block, which only an assistant message holds")
     if role == "assistant" and kind in _USER_ONLY:
         raise InvalidInput(f"{where} is a {kind} block, which only a user message holds")
     for key in _REQUIRED.get(kind, ()):
         if not isinstance(block.get(key), str):
-            raise InvalidInput(f"{where} ({kind}) needs a string {key!r}")
+            raise InvalidInput(f"{where} ({kind}) needs a string {shown(key)}")
 
 
 def tool_use_ids(message: Mapping[str, Any]) -> set[str]:
@@ -111,5 +111,5 @@ def check_messages(messages: Iterable[Any], *, before: Sequence[Mapping[str, Any
             continue
         for use_id in _tool_result_ids(message):
             if use_id not in open_uses:
-                raise InvalidInput(f"{where} has a tool_result for {use_id!r}, but the assistant message "
+                raise InvalidInput(f"{where} has a tool_result for {shown(use_id)}, but the assistant message "
                                    "before it made no tool_use with that id")

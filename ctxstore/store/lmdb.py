@@ -367,6 +367,11 @@ class _Records:
         pack = self._t.get(rec.object_key(oid), db=self._dbs[rec.PACKS]) if packs.is_pack(value) else None
         return len(value) + (len(pack) if pack is not None else 0)
 
+    def holds_any(self, keys: Iterable[bytes]) -> bool:
+        """Whether ``objs`` holds a record under any of these keys."""
+        get, objs = self._t.get, self._dbs[rec.OBJECTS]
+        return any(get(key, db=objs) is not None for key in keys)
+
     def packs_bytes(self) -> int:
         """Bytes the packs of packed leaves occupy (their records in ``packs``)."""
         return sum(len(record) for _key, record in self._t.cursor(db=self._dbs[rec.PACKS]))
@@ -515,12 +520,12 @@ class _Records:
             order = seq.packed_order_of(data)  # None: not a leaf, stored as it is (a read says what is wrong)
             if not order or len(order) > packs.MAX_ENTRIES or self.record(oid) is not None:
                 continue  # held already, packed or not: its objects keep what they point at
-            entries = self._pack_entries(order, written)
+            entries = self._pack_entries(order, written, packs.MAX_PAYLOAD - len(data))
             if entries is None:
                 continue
             cuts = [packs.chat_message_at(entry) for entry in entries]
             blobs = self._pack_blobs([e for e, cut in zip(entries, cuts, strict=True) if cut is None], written,
-                                     pointers, packs.MAX_PAYLOAD - sum(map(len, entries)),
+                                     pointers, packs.MAX_PAYLOAD - len(data) - sum(map(len, entries)),
                                      packs.MAX_ENTRIES - len(entries))
             packed[oid] = packs.pack_value(oid, data, list(zip(entries, cuts, strict=True)), [b for _, b in blobs],
                                            frame)
@@ -528,11 +533,14 @@ class _Records:
             sizes = [*map(len, entries), *(len(data) for _, data in blobs)]
             for part, pointer in zip(held, packs.pointer_values(oid, sizes), strict=True):
                 pointers.setdefault(part, pointer)
+        for oid in packed:
+            pointers.pop(oid, None)  # a leaf named as an entry of another keeps its own marker
         return packed, pointers
 
-    def _pack_entries(self, order: list[ObjectId], written: Mapping[ObjectId, bytes]) -> list[bytes] | None:
+    def _pack_entries(self, order: list[ObjectId], written: Mapping[ObjectId, bytes], room: int
+                      ) -> list[bytes] | None:
         """The canonical bytes of the entries a leaf packs, each checked against its id, or None if one
-        is missing, damaged, or they are too large together."""
+        is missing, damaged, or they are more than `room` bytes together."""
         entries: list[bytes] = []
         total = 0
         for entry in order:
@@ -540,7 +548,7 @@ class _Records:
             if data is None:
                 return None
             total += len(data)
-            if total > packs.MAX_PAYLOAD:
+            if total > room:
                 return None
             entries.append(data)
         return entries
@@ -555,7 +563,7 @@ class _Records:
         for data in entries:
             try:
                 entry = parse_object(data, trusted=True)
-            except CtxStoreError:
+            except CtxStoreError:  # bytes that hash to their id need not be an entry's
                 continue
             if not isinstance(entry, Entry):
                 continue
@@ -627,8 +635,10 @@ class _Records:
 
     def _point(self, oid: ObjectId, pointer: bytes, time: bytes | None) -> None:
         """Make an object's record the pointer into the pack that now holds it, written at `time` (None: an
-        object this transaction does not write keeps its write time). One already kept in a pack stays
-        pointing there (written again, its time is refreshed)."""
+        object this transaction does not write keeps its write time). Only a record holding the object's
+        own bytes becomes a pointer: one kept in a pack already stays pointing there (written again, its
+        time is refreshed), and a delta or a packed leaf's marker stays as it is (a crafted leaf may name
+        either as an entry), its bytes readable from the new pack too."""
         key = rec.object_key(oid)
         held = self._t.get(key, db=self._dbs[rec.OBJECTS])
         if held is None:
@@ -638,7 +648,7 @@ class _Records:
         else:
             if not rec.record_holds(held, oid):
                 raise _collision(oid, key, held)
-            if held[rec.HEAD_SIZE] == packs.PACKED:
+            if held[rec.HEAD_SIZE] > codec.ZSTD_DICT:
                 if time is not None:
                     self._restamp(oid, time)
                 return
@@ -647,8 +657,13 @@ class _Records:
 
     def _unpack_survivors(self, leaf: ObjectId, deleted: Iterable[ObjectId]) -> None:
         """Before the packed leaf `leaf` is deleted: every object that points into its pack and is not
-        deleted too gets a record of its own again (with its write time), so nothing reachable is lost."""
-        parts = self.pack_parts(leaf)
+        deleted too gets a record of its own again (with its write time), so nothing reachable is lost.
+        A pack that cannot be read has nothing to give back: it is deleted as it is (what pointed into it
+        was unreadable already, and fsck says so)."""
+        try:
+            parts = self.pack_parts(leaf)
+        except DamagedData:
+            return
         doomed = set(deleted)
         dict_id = self.current_dict()
         frame = rec.packer(self._e.dicts.get(dict_id), dict_id)
@@ -896,6 +911,8 @@ class LmdbStore(BatchWrites):
                         prepared.clear()
                     if records.count() <= RECOMPRESS_OBJECTS:
                         records.recompress(dict_id, made)
+            if prepared and records.holds_any(key for key, _ in prepared[0].packs):
+                prepared.clear()  # a retry: another writer stored a leaf this commit would pack meanwhile
             if not prepared:
                 prepared.append(records.prepare(w, now, dict_id, dictionary))
             records.apply(w, now, prepared[0])

@@ -67,11 +67,13 @@ FRAMED_AT = SEAL_SIZE
 MAX_ENTRIES = 255
 """Most entries one pack holds (a pointer names its entry's position in one byte; a leaf holds at most
 128 items)."""
-MAX_BLOB = 256 * 1024
+MAX_BLOB = 64 * 1024
 """Larger blobs are not packed (a read of the pack would carry them for every entry read)."""
-MAX_PAYLOAD = 4 * 1024 * 1024
-"""A leaf whose entries come to more than this is not packed: its entries stay one record each (a read
-of one of them would otherwise inflate the whole pack)."""
+MAX_PAYLOAD = 512 * 1024
+"""A leaf that comes to more than this with its entries is not packed: its entries stay one record each.
+A read of one of them would otherwise inflate the whole pack; and the commit that packs a leaf holds
+its entries twice until it ends (their records are copied on write), so this bounds the space a commit
+needs beyond its own objects (a full disk with a little space freed can still take an append)."""
 
 _KEY_SIZE = 16  # records.KEY_SIZE (records imports this module, so the number is repeated here)
 
@@ -97,9 +99,10 @@ def pack_value(leaf: ObjectId, leaf_bytes: bytes, entries: Sequence[tuple[bytes,
 def chat_message_at(data: bytes) -> int | None:
     """Where the message starts in the canonical bytes of a chat entry: four fields (``id``, non-empty;
     ``kind``, a turn or a summary; ``type``; ``message``, last) whose message is exactly a text ``role``
-    and a text ``content``. None for any other object (and for an id or a role over 255 bytes, which a
-    pack then keeps whole). Read from the bytes' layout, decoding nothing: it runs for every entry a
-    commit packs."""
+    and a text ``content``, both valid UTF-8 (the pack's reader decodes them). None for any other object
+    (and for an id or a role over 255 bytes, which a pack then keeps whole). Read from the bytes' layout:
+    it runs for every entry a commit packs. Bytes that hash to their id need not be a valid entry, so the
+    layout is checked, not assumed: what does not fit is kept whole, and read whole."""
     if not data.startswith(_CHAT_START):
         return None
     try:
@@ -118,28 +121,33 @@ def chat_message_at(data: bytes) -> int | None:
             return None
         if not data.startswith(_MESSAGE_START, message):
             return None
-        at = message + len(_MESSAGE_START)
-        head = data[at]
+        role = message + len(_MESSAGE_START)
+        head = data[role]
         if 0x60 <= head < 0x78:
-            at += head - 0x5F
+            role, at = role + 1, role + head - 0x5F
         elif head == 0x78:
-            at += 2 + data[at + 1]
+            role, at = role + 2, role + 2 + data[role + 1]
         else:
             return None
         if not data.startswith(_CONTENT_KEY, at):
             return None
-        at += len(_CONTENT_KEY)
-        head = data[at]
+        content = at + len(_CONTENT_KEY)
+        head = data[content]
         if 0x60 <= head < 0x78:
-            end = at + head - 0x5F
+            content, end = content + 1, content + head - 0x5F
         elif 0x78 <= head <= 0x7B:
             width = 1 << (head - 0x78)
-            end = at + 1 + width + int.from_bytes(data[at + 1:at + 1 + width], "big")
+            start = content + 1 + width
+            content, end = start, start + int.from_bytes(data[content + 1:start], "big")
         else:
             return None
-    except IndexError:
+        if end != len(data):
+            return None
+        data[role:at].decode()
+        data[content:end].decode()
+    except (IndexError, UnicodeDecodeError):
         return None
-    return message if end == len(data) else None
+    return message
 
 
 _NULL = b"\xf6"
@@ -198,8 +206,11 @@ def split(leaf: ObjectId, payload: bytes) -> list[bytes]:
         message = payload[at:end]
         parts.append(head if message == _NULL else head + message)
         at = end
-    blobs = cbor2.loads(b"".join([cbor_head(4, len(ends) - len(heads)), payload[at:]]))
-    if any(type(blob) is not bytes for blob in blobs):
+    try:
+        blobs = cbor2.loads(b"".join([cbor_head(4, len(ends) - len(heads)), payload[at:]]))
+    except (cbor2.CBORDecodeError, ValueError) as exc:
+        raise _damaged(leaf, f"its payload does not decode: {exc}") from None
+    if type(blobs) is not list or any(type(blob) is not bytes for blob in blobs):
         raise _damaged(leaf, "its payload holds a blob that is not a byte string")
     parts.extend(blobs)
     return parts
