@@ -358,3 +358,26 @@ def s3_endpoint() -> Iterator[S3Endpoint]:
         return
     with _service("s3", "SeaweedFS") as service:
         yield S3Endpoint(service.url, service.env["CTXSTORE_TEST_S3_KEY"], service.env["CTXSTORE_TEST_S3_SECRET"])
+
+
+class CountingStore:
+    """A store wrapper that counts object reads (`get`); everything else, transactions too, passes through."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.gets = 0
+
+    def get(self, oid: bytes) -> bytes:
+        self.gets += 1
+        return self._inner.get(oid)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@pytest.fixture
+def runner() -> Any:
+    """A click `CliRunner` for the `ctxstore` command in this process."""
+    from click.testing import CliRunner
+
+    return CliRunner()

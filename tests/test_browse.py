@@ -37,11 +37,6 @@ IMAGE = {"role": "user", "content": [{"type": "image", "source": {"type": "base6
 
 
 @pytest.fixture
-def runner() -> CliRunner:
-    return CliRunner()
-
-
-@pytest.fixture
 def repo_dir(tmp_path: Path, runner: CliRunner) -> Path:
     assert runner.invoke(cli, ["-C", str(tmp_path), "init"]).exit_code == 0
     return tmp_path

@@ -18,11 +18,6 @@ from ctxstore.ids import from_hex
 
 
 @pytest.fixture
-def runner() -> CliRunner:
-    return CliRunner()
-
-
-@pytest.fixture
 def repo_dir(tmp_path: Path, runner: CliRunner) -> Path:
     result = runner.invoke(cli, ["-C", str(tmp_path), "init"])
     assert result.exit_code == 0, result.output

@@ -26,11 +26,6 @@ VIEW = [{"id": "u1", "message": {"role": "user", "content": "hi"}},
 
 
 @pytest.fixture
-def runner() -> CliRunner:
-    return CliRunner()
-
-
-@pytest.fixture
 def repo_dir(tmp_path: Path, runner: CliRunner) -> Path:
     assert runner.invoke(cli, ["-C", str(tmp_path), "init"]).exit_code == 0
     assert runner.invoke(cli, ["-C", str(tmp_path), "append", "main"], input=json.dumps(VIEW)).exit_code == 0

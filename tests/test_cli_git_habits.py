@@ -21,11 +21,6 @@ from ctxstore.cli._common import ProgressLine
 CLI = [sys.executable, "-m", "ctxstore.cli"]
 
 
-@pytest.fixture
-def runner() -> CliRunner:
-    return CliRunner()
-
-
 def run(runner: CliRunner, where: Path, *args: str, input: str | None = None) -> Result:
     return runner.invoke(cli, ["-C", str(where), *args], input=input)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from conftest import CountingStore
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -183,24 +184,9 @@ def test_the_integrations_page_example_runs():
 
 # -- a step's cost does not grow with the thread ------------------------------------------------------
 
-class CountingStore:
-    """A MemoryStore wrapper that counts object reads (transactions pass through)."""
-
-    def __init__(self) -> None:
-        self._inner = MemoryStore()
-        self.gets = 0
-
-    def get(self, oid: bytes) -> bytes:
-        self.gets += 1
-        return self._inner.get(oid)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
 def _one_more_step(steps: int) -> tuple[int, int]:
     """Object reads and ref listings of one invoke, after `steps` invokes, by the saver that made them."""
-    store = CountingStore()
+    store = CountingStore(MemoryStore())
     saver = CtxStoreSaver(Repository(store))  # type: ignore[arg-type]
     graph = chat_graph(saver, [f"a{i}" for i in range(steps + 1)])
     for i in range(steps):

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import msg
+from conftest import CountingStore, msg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -416,27 +416,6 @@ def test_config_and_remotes(repo: Repository) -> None:
 
 
 # -- lazy loading -------------------------------------------------------------------------------------
-
-class CountingStore:
-    """A store wrapper that counts object reads."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.gets = 0
-
-    def get(self, oid: bytes) -> bytes:
-        self.gets += 1
-        return self._inner.get(oid)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self._inner)
-
-    def __len__(self) -> int:
-        return len(self._inner)
-
 
 def _reads_to_append(size: int) -> int:
     store = MemoryStore()

@@ -16,7 +16,6 @@ systems in turns where times are compared, and times are medians.
 from __future__ import annotations
 
 import argparse
-import compileall
 import json
 import platform
 import shutil
@@ -33,6 +32,7 @@ ROOT = TOOLS.parent
 sys.path.insert(0, str(TOOLS))
 
 from bench.systems import COMPETITORS, SYSTEMS, CtxStore  # noqa: E402
+from benchdoc import byte_compile  # noqa: E402
 
 FLOOR = "floor"
 IMG = ROOT / "docs" / "img"
@@ -247,9 +247,7 @@ def main() -> None:
 
     out_dir = args.out or IMG
     out_dir.mkdir(parents=True, exist_ok=True)
-    # Byte-compiled first, as an installed package is: a process that cannot write the cache (say under
-    # PYTHONDONTWRITEBYTECODE) would otherwise compile every changed module in every timed start-up.
-    compileall.compile_dir(ROOT / "ctxstore", quiet=1)
+    byte_compile()
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="ctxstore-bench-"))
     try:

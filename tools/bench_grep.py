@@ -12,7 +12,6 @@ must look at) and the start-up of a `ctxstore` process that does nothing.
 from __future__ import annotations
 
 import argparse
-import compileall
 import random
 import shutil
 import statistics
@@ -26,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchdoc import message, write_section
+from benchdoc import byte_compile, message, write_section
 
 from ctxstore import Repository
 from ctxstore.format import seq
@@ -102,7 +101,7 @@ def main() -> None:
         args.conversations, args.runs = 200, 1
     # Byte-compiled first, as tools/bench.py does: under PYTHONDONTWRITEBYTECODE every timed `ctxstore`
     # process would otherwise compile each changed module again.
-    compileall.compile_dir(Path(__file__).resolve().parent.parent / "ctxstore", quiet=1)
+    byte_compile()
     root = Path(tempfile.mkdtemp(prefix="bench-grep-"))
     try:
         repo_path, files = root / "repo", root / "jsonl"

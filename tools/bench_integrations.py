@@ -21,7 +21,6 @@ import asyncio
 import functools
 import importlib.util
 import json
-import os
 import sqlite3
 import statistics
 import subprocess
@@ -35,7 +34,7 @@ from typing import Annotated, Any, TypedDict
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchdoc import message, write_section
+from benchdoc import dir_bytes, message, write_section
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -88,21 +87,6 @@ def _saver(kind: str, path: Path) -> tuple[Any, Any]:
     return SqliteSaver(conn), conn
 
 
-def _dir_bytes(path: Path) -> int:
-    """Bytes allocated on disk under a path (not the apparent size of a sparse file)."""
-    files = [path] if path.is_file() else [Path(r) / f for r, _, fs in os.walk(path) for f in fs]
-    total = 0
-    for file in files:
-        st = file.stat()
-        total += min(st.st_blocks * 512, st.st_size)
-    if path.is_file():
-        for extra in ("-wal", "-shm", "-journal"):
-            other = Path(str(path) + extra)
-            if other.exists():
-                total += other.stat().st_size
-    return total
-
-
 def _pages_in_use(db: Path) -> int:
     """Bytes of an SQLite database's pages that hold data (its free list left out)."""
     with closing(sqlite3.connect(str(db))) as conn:
@@ -138,7 +122,7 @@ def langgraph_runs(n: int, workdir: Path) -> dict[tuple[str, bool], dict[str, An
             runs[key]["cpu"].append(cpu)
     for (kind, delta), (child, path) in children.items():
         child.communicate("end\n", timeout=600)
-        runs[(kind, delta)]["bytes"] = _dir_bytes(path)
+        runs[(kind, delta)]["bytes"] = dir_bytes(path)
         runs[(kind, delta)]["resume"] = _resume(kind, delta, path, n)
     return runs
 
@@ -219,8 +203,8 @@ async def _sessions_run(n: int, workdir: Path) -> dict[str, Any]:
         out[name] = {"adds": adds}
     assert len(await ours.get_items()) == len(await theirs.get_items()) == n
     theirs.close()
-    out["ctxstore"]["bytes"] = _dir_bytes(workdir / "oa-ctxstore")
-    out["sqlite"]["bytes"] = _dir_bytes(db)
+    out["ctxstore"]["bytes"] = dir_bytes(workdir / "oa-ctxstore")
+    out["sqlite"]["bytes"] = dir_bytes(db)
 
     before = ours.repo.store.stats().file_bytes  # type: ignore[attr-defined]
     start = time.perf_counter()

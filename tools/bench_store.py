@@ -6,7 +6,6 @@ Each figure is measured side by side with its baseline in the same run.
 
 from __future__ import annotations
 
-import compileall
 import os
 import random
 import shutil
@@ -26,7 +25,7 @@ import blake3
 import cbor2
 import lmdb
 import zstandard
-from benchdoc import message, write_section
+from benchdoc import byte_compile, dir_bytes, message, write_section
 
 from ctxstore import Repository
 from ctxstore.interop.formats import import_messages
@@ -37,16 +36,6 @@ TURN = 25
 BULK = 100_000
 BULK_TURNS = 3
 APPENDS = 300
-
-
-def _dir_bytes(path: Path) -> int:
-    """Bytes allocated on disk under a directory (not the apparent size of a sparse file)."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            st = os.stat(os.path.join(root, name))
-            total += min(st.st_blocks * 512, st.st_size)
-    return total
 
 
 def _child(kind: str, workdir: str) -> list[float]:
@@ -202,9 +191,9 @@ def forks_disk(workdir: Path) -> float:
         (jsonl / (name.replace("/", "_") + ".jsonl")).write_text(
             "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in msgs))
     Path(workdir / "figures.txt").write_text(
-        f"{stats.disk_bytes} {_dir_bytes(workdir / 'repo')} {_dir_bytes(jsonl)} {stats.objects} "
+        f"{stats.disk_bytes} {dir_bytes(workdir / 'repo')} {dir_bytes(jsonl)} {stats.objects} "
         f"{stats.logical_bytes}\n")
-    return float(_dir_bytes(workdir / "repo"))
+    return float(dir_bytes(workdir / "repo"))
 
 
 CHAT = 1000
@@ -250,7 +239,7 @@ def chat_disk(workdir: Path) -> str:
     db.close()
     files = [workdir / "chat.jsonl", workdir / "chat.sqlite"]
     jsonl_bytes, sqlite_bytes = (min(f.stat().st_blocks * 512, f.stat().st_size) for f in files)
-    return f"{_dir_bytes(workdir / 'repo')} {jsonl_bytes} {sqlite_bytes} {pages} {free}"
+    return f"{dir_bytes(workdir / 'repo')} {jsonl_bytes} {sqlite_bytes} {pages} {free}"
 
 
 def durable_floor(workdir: Path) -> str:
@@ -413,7 +402,7 @@ KINDS: dict[str, Callable[[Path], Any]] = {
 def main() -> None:
     # Byte-compiled first, as tools/bench.py does: under PYTHONDONTWRITEBYTECODE every measuring child (and
     # every reader timed with its imports) would otherwise compile each changed module again.
-    compileall.compile_dir(Path(__file__).resolve().parent.parent / "ctxstore", quiet=1)
+    byte_compile()
     base = Path(tempfile.mkdtemp(prefix="ctxstore-bench-"))
     try:
         fig: dict[str, float] = {}

@@ -19,7 +19,6 @@ pack's per-message overhead).
 from __future__ import annotations
 
 import argparse
-import compileall
 import shutil
 import statistics
 import subprocess
@@ -35,8 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
+from benchdoc import byte_compile, write_section  # noqa: E402
 from benchdoc import message as chat_message  # noqa: E402
-from benchdoc import write_section  # noqa: E402
 
 from ctxstore import Repository, sync  # noqa: E402
 from ctxstore.format import codec  # noqa: E402
@@ -196,7 +195,7 @@ def main() -> None:
     args = parser.parse_args()
     # Byte-compiled first, as tools/bench.py does: under PYTHONDONTWRITEBYTECODE the hub process would
     # otherwise compile each changed module again every time it starts.
-    compileall.compile_dir(ROOT / "ctxstore", quiet=1)
+    byte_compile()
     rows = [(kind, label, measure(args.n, one, kind, args.repeat))
             for kind in ("chat", "templated")
             for label, one in (("N appends (N revisions)", False), ("one append of N (1 revision)", True))]

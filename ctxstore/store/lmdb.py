@@ -570,23 +570,20 @@ class _Records:
             for blob in entry.blob_ids():
                 if blob in chosen or blob in out or len(out) >= count:
                     continue
-                if blob not in written:
-                    value = self.find(blob)
-                    if value is None or value[0] in (packs.PACKED, packs.LEAF_PACK):
-                        continue
-                found = self._at_hand(blob, written)
+                found = self._at_hand(blob, written, loose_only=True)
                 if found is not None and len(found) <= min(room, packs.MAX_BLOB):
                     room -= len(found)
                     out[blob] = found
         return list(out.items())
 
-    def _at_hand(self, oid: ObjectId, written: Mapping[ObjectId, bytes]) -> bytes | None:
+    def _at_hand(self, oid: ObjectId, written: Mapping[ObjectId, bytes], *, loose_only: bool = False
+                 ) -> bytes | None:
         """An object's canonical bytes, checked against its id, from a transaction's writes or the store;
-        None if it is in neither, or damaged."""
+        None if it is in neither, or damaged (or, with `loose_only`, held in a pack already)."""
         data = written.get(oid)
         if data is None:
             value = self.find(oid)
-            if value is None:
+            if value is None or (loose_only and value[0] in (packs.PACKED, packs.LEAF_PACK)):
                 return None
             try:
                 return self.canonical(oid, value)

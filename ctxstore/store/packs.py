@@ -121,33 +121,29 @@ def chat_message_at(data: bytes) -> int | None:
             return None
         if not data.startswith(_MESSAGE_START, message):
             return None
-        role = message + len(_MESSAGE_START)
-        head = data[role]
-        if 0x60 <= head < 0x78:
-            role, at = role + 1, role + head - 0x5F
-        elif head == 0x78:
-            role, at = role + 2, role + 2 + data[role + 1]
-        else:
-            return None
+        role, at = _text_span(data, message + len(_MESSAGE_START), 0x78)
         if not data.startswith(_CONTENT_KEY, at):
             return None
-        content = at + len(_CONTENT_KEY)
-        head = data[content]
-        if 0x60 <= head < 0x78:
-            content, end = content + 1, content + head - 0x5F
-        elif 0x78 <= head <= 0x7B:
-            width = 1 << (head - 0x78)
-            start = content + 1 + width
-            content, end = start, start + int.from_bytes(data[content + 1:start], "big")
-        else:
-            return None
+        content, end = _text_span(data, at + len(_CONTENT_KEY), 0x7B)
         if end != len(data):
             return None
         data[role:at].decode()
         data[content:end].decode()
-    except (IndexError, UnicodeDecodeError):
+    except (IndexError, ValueError):  # cut short, not text, not UTF-8
         return None
     return message
+
+
+def _text_span(data: bytes, at: int, widest: int) -> tuple[int, int]:
+    """Where the text of the CBOR text string whose head is at `at` starts and ends; `ValueError` if there
+    is no text head there, or a longer one than `widest` allows (0x78: a 1-byte length; 0x7B: 8 bytes)."""
+    head = data[at]
+    if 0x60 <= head < 0x78:
+        return at + 1, at + head - 0x5F
+    if not 0x78 <= head <= widest:
+        raise ValueError("not a text head")
+    start = at + 1 + (1 << (head - 0x78))
+    return start, start + int.from_bytes(data[at + 1:start], "big")
 
 
 _NULL = b"\xf6"

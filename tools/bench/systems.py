@@ -18,23 +18,9 @@ import subprocess
 from pathlib import Path
 from typing import Any, ClassVar
 
+from benchdoc import dir_bytes
+
 Message = dict[str, Any]
-
-
-def dir_bytes(path: Path) -> int:
-    """Bytes allocated on disk under `path` (a sparse file counts what it holds, not its apparent size)."""
-    if path.is_file():
-        st = path.stat()
-        return min(st.st_blocks * 512, st.st_size) if st.st_blocks else st.st_size
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                st = os.stat(os.path.join(root, name))
-            except FileNotFoundError:  # a WAL or lock file that went away while walking
-                continue
-            total += min(st.st_blocks * 512, st.st_size)
-    return total
 
 
 def version(package: str) -> str | None:
