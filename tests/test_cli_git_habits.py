@@ -158,7 +158,15 @@ def test_a_tag_refuses_commits_through_the_library_too(tmp_path: Path) -> None:
         repo.append("v1", [{"role": "user", "content": "more"}])
     with pytest.raises(InvalidInput, match="tags do not move"):
         repo.commit("refs/tags/v1", repo.history("main").append({"role": "user", "content": "x"}))
-    assert repo.head("refs/tags/v1") == head
+    with pytest.raises(InvalidInput, match="refs/tags/v1 is a tag"):  # a short name resolves to the tag too
+        repo.commit("v1", repo.history("main").append({"role": "user", "content": "x"}), force=True)
+    more = repo.history("main").append({"role": "user", "content": "y"})
+    with pytest.raises(InvalidInput, match="tags do not move"):  # and no ref of the batch moves
+        repo.commit_many({"main": more, "v1": more})
+    assert repo.head("refs/tags/v1") == head and repo.head("main") == head
+    # `set_refs` re-points a tag on purpose, in the same transaction as the commit.
+    repo.commit_many({"main": more}, set_refs={"refs/tags/v1": more.revision_id})
+    assert repo.head("refs/tags/v1") == repo.head("main") == more.revision_id
 
 
 def test_reflog_of_an_unknown_ref_is_not_found(runner: CliRunner, repo_dir: Path) -> None:

@@ -402,3 +402,22 @@ def test_encode_refuses_values_over_the_object_size_limit(monkeypatch: pytest.Mo
     encode("x" * 990)
     with pytest.raises(EncodingError, match="over the 1000-byte object limit"):
         encode("x" * 1000)
+
+
+_SAMPLES = [(f"role user content message number {i} about the weather " * (1 + i % 5)).encode() for i in range(400)]
+_DICTIONARY = zstandard.train_dictionary(2048, _SAMPLES)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=600), st.sampled_from(_SAMPLES)), max_size=2 * codec.PARALLEL_AT),
+       st.booleans())
+def test_compress_many_frames_each_value_as_compress_would_read_back(values: list[bytes], with_dict: bool) -> None:
+    """Below `PARALLEL_AT` values and above (zstd's threads), each framed value reads back as itself, is
+    never longer than raw framing, and is raw exactly where compressing would not shrink it."""
+    options: dict[str, Any] = {"dictionary": _DICTIONARY, "dict_id": 9} if with_dict else {}
+    framed = codec.compress_many(values, **options)
+    assert len(framed) == len(values)
+    for value, one in zip(values, framed, strict=True):
+        assert decompress(one, dictionaries={9: _DICTIONARY}) == value
+        assert len(one) <= len(value) + 1
+        assert (one[0] == codec.RAW) == (compress(value, **options)[0] == codec.RAW)

@@ -452,3 +452,62 @@ def test_a_chat_entry_is_cut_where_its_message_starts(ident: str, kind: str, rol
         assert entry_message(data) == message
     with_meta = encode_object(Entry(id=ident, kind=kind, message=message, meta={"k": 1}))[1]
     assert packs.chat_message_at(with_meta) is None
+
+
+# -- ids a writer vouches for (`write_objects(hashed=True)`) ---------------------------------------------
+
+def test_a_leaf_is_packed_with_an_entry_whose_id_is_wrong_only_if_its_writer_vouched_for_it(
+        tmp_path: Path) -> None:
+    """Packing checks each entry's id unless the writer hashed the bytes itself and said so; a vouch is
+    dropped when the same id is written again without one, or deleted."""
+    entry, other = _chat_entry(0), _chat_entry(1)
+    wrong = object_id(other)  # `entry`'s bytes written under another entry's id
+    leaf = encode_object(SeqNode(level=0, items=[["e0", wrong]]))[1]
+    for case in ("plain", "vouched", "vouched, then written plain", "vouched, deleted, written plain"):
+        with LmdbStore(tmp_path / case, durable=False, auto_dictionary=False) as store:
+            with store.transaction(write=True) as txn:
+                txn.write_objects([(wrong, entry)], hashed=case != "plain")
+                if case.endswith("written plain"):
+                    if "deleted" in case:
+                        txn.delete_objects([wrong])
+                    txn.write_objects([(wrong, entry)])
+                txn.write_objects([(object_id(leaf), leaf)], hashed=True)
+            packed = _value(store, object_id(leaf))[0] == packs.LEAF_PACK
+            assert packed == (case == "vouched"), case
+
+
+def test_a_commit_vouches_for_what_its_history_made_and_not_for_what_it_copied(tmp_path: Path) -> None:
+    """`Workspace.copied` are the objects a commit writes without a vouch: bytes taken from another
+    history's workspace (a rebase replays its entries); everything else the history hashed itself."""
+    with Repository.init(tmp_path / "r", durable=False) as repo:
+        repo.commit("main", repo.history("main").extend([_chat(n) for n in range(40)]))
+        other = MessageHistory().extend([_chat(n) for n in range(40, 80)])
+        rebased = other.rebase_onto(repo.history("main"))
+        made = {oid for oid, _ in rebased.workspace.pending()}
+        copied = rebased.workspace.copied()
+        assert copied and copied < made
+        repo.commit("main", rebased)
+        assert rebased.workspace.copied() == set()
+        lmdb_store._PACKS.clear()
+        assert repo.history("main").render() == [_chat(n) for n in range(80)]
+
+
+def test_a_head_just_written_loads_from_the_revision_cache_as_its_bytes_would(tmp_path: Path) -> None:
+    """`LmdbStore.cached_revision`: the revision and its spine's encoded levels, as decoding its stored
+    bytes gives them; None from a store that does not hold it (the cache is the process's)."""
+    with LmdbStore(tmp_path / "a", durable=False) as store, LmdbStore(tmp_path / "b", durable=False) as empty:
+        history = MessageHistory(source=store)
+        for n in range(60):
+            history = history.append(_chat(n))
+            store.put_many(history.workspace.pending())
+            head = ObjectId(bytes.fromhex(history.revision_id))
+            cached = store.cached_revision(head)
+            assert empty.cached_revision(head) is None
+            if n == 0:
+                continue  # the root is written whole, not rebuilt or vouched for: read as ever
+            assert cached is not None
+            rev, levels = cached
+            data = store.get(head)
+            assert encode_object(rev)[1] == data and levels == seq.spine_bytes(parse_object(data), data)
+            history = MessageHistory(source=store, head=history.revision_id)  # loads from the cache
+        assert history.render() == [_chat(n) for n in range(60)]

@@ -287,7 +287,10 @@ def durable_floor(workdir: Path) -> str:
 DURABLE_NOTE = """ctxstore's own CPU per append + commit at 100,000 messages is the non-durable row above. The history
 encodes the revision's spine once, reusing its parent's encoded levels; the store checks the delta
 re-encoding only the level the append changed, and the head just written reads back from the revision
-cache; ref-name checks are cached; a reflog record is an array. Leaf packs change what a commit writes
+cache, and a history loaded at that head takes the revision and its encoded levels from there
+(`read_cached_revision`) instead of decoding it; ref-name checks are cached, and the check that a
+commit moves no tag is made inside its own write transaction, not in a read transaction before it; a
+reflog record is an array. Leaf packs change what a commit writes
 only when the append closes a leaf: the leaf's pack is written and the records of the entries it holds
 are rewritten as pointers into it (docs/storage.md, Leaf packs). Counted with strace over 230 durable
 appends at 100,000 bulk-imported messages (the objects B-tree three levels deep): a median of 12 data
@@ -296,19 +299,20 @@ pages per commit (10 at least), against 3 for the raw single put into its small 
 the commit and the ratio to the raw put is near 1; when a flush is fast, what remains is that CPU and
 those pages. Going below needs fewer pages per commit (one random insert instead of two) or a one-flush
 commit (docs/storage.md, Durability)."""
-BULK_NOTE = """Bulk import, by part (100,000 messages into a new durable repository, measured apart in one process, 5
-runs): building the history (`MessageHistory.extend`, one call) took 1.06-1.51 s and committing it
-1.95-2.44 s, so the commit is well over half of an import; `import_messages` adds checking the list as
-the Messages API would and comparing it with the view. The build: a chat turn (a text role and content
-under the blob threshold) is laid out directly (`intake.intake_turn`, `objects.encode_turn`: no deep
-copy, only the message goes through CBOR), entry ids share their digits but the last two, spelled once
-per millisecond and 1,024 ids, and the cyclic garbage collector is paused during the extend. The
-commit: a commit bringing 512 objects or more to a store without a dictionary trains one on 2,000 of
-its objects first (0.1 s); its records are made once (kept for a retry after the map grows) and written
-sorted by key, so pages fill in order. Most of the commit (about 65% of it under cProfile) is now
-making the leaf packs: for each of about 3,200 closed leaves, its entry ids read from its bytes, its
-entries' bytes hashed again against their ids and their layout read (`packs.chat_message_at`), the pack
-laid out and compressed as one frame with the dictionary, and a pointer made for each entry. The raw
+BULK_NOTE = """Bulk import, by part (100,000 messages into a new durable repository, measured apart in one process, 3
+runs): building the history (`MessageHistory.extend`, one call) took 0.84-0.98 s and committing it
+1.44-1.66 s; `import_messages` adds checking the list as the Messages API would and comparing it with
+the view. The build: a chat turn (a text role and content under the blob threshold) is laid out
+directly (`intake.intake_turn`, `objects.encode_turn`: no deep copy, only the message goes through
+CBOR), entry ids share their digits but the last two, spelled once per millisecond and 1,024 ids, and
+the cyclic garbage collector is paused during the extend and the commit. The commit: a commit bringing
+512 objects or more to a store without a dictionary trains one on 2,000 of its objects first (0.1 s);
+its records are made once (kept for a retry after the map grows) and written sorted by key, so pages
+fill in order. Most of the commit is making the leaf packs: for each of about 3,200 closed leaves, its
+entry ids read from its bytes, its entries' layout read (`packs.chat_message_at`), the pack laid out,
+and a pointer made for each entry; the packs are compressed 256 at a time with the dictionary on both
+cores (`codec.compress_many`, zstd's own threads). The entries' ids are not hashed again: the history
+made each by hashing its bytes and the commit vouches for them (`write_objects(hashed=True)`). The raw
 pipeline writes one record per message and packs nothing; the packs are what the render above is bought
 with, paid once per leaf."""
 READ_NOTE = """How the read goes (`MessageHistory.render`, `history.entry.read_view_messages`): the view's tree is

@@ -10,6 +10,7 @@ would not re-encode to themselves, so every value has exactly one encoding and o
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -29,6 +30,7 @@ __all__ = [
     "cbor_head",
     "check_time_ms",
     "compress",
+    "compress_many",
     "compressor",
     "decode",
     "decompress",
@@ -288,6 +290,28 @@ def _compressor(dictionary: zstandard.ZstdCompressionDict | None, level: int) ->
                                         write_dict_id=False)
         cache[key] = cctx
     return cctx
+
+
+PARALLEL_AT = 32
+"""Values `compress_many` frames in zstd's own threads once it has at least this many."""
+
+
+def compress_many(values: list[bytes], *, level: int = 3, dictionary: zstandard.ZstdCompressionDict | None = None,
+                  dict_id: int = 0) -> list[bytes]:
+    """`compress` of each value, in order; many large values (a bulk import's leaf packs) are compressed
+    on every core, by zstd's threads outside the interpreter's lock. The frames are the same kind
+    `compress` makes (content size, no dictionary id), so `decompress` reads either."""
+    frame = compressor(level=level, dictionary=dictionary, dict_id=dict_id)
+    if len(values) < PARALLEL_AT or (os.cpu_count() or 1) < 2:
+        return [frame(value) for value in values]
+    head = bytes([ZSTD_DICT]) + dict_id.to_bytes(4, "big") if dictionary is not None else bytes([ZSTD])
+    raw = bytes([RAW])
+    packed = _compressor(dictionary, level).multi_compress_to_buffer(values, threads=-1)
+    out = []
+    for value, segment in zip(values, packed, strict=True):
+        data = segment.tobytes()
+        out.append(raw + value if len(data) + len(head) - 1 >= len(value) else head + data)
+    return out
 
 
 def _decompressor(dictionary: zstandard.ZstdCompressionDict | None) -> zstandard.ZstdDecompressor:

@@ -43,7 +43,7 @@ from ..format.objects import (
 )
 from ..format.seq import SpineBytes, encode_node, encode_revision, spine_bytes
 from ..ids import ObjectId, object_id, to_hex
-from ..store.base import ObjectSource, read_leaves, read_revision_header
+from ..store.base import ObjectSource, read_cached_revision, read_leaves, read_revision_header
 from ..store.revisions import MADE
 
 __all__ = ["Workspace"]
@@ -71,6 +71,7 @@ class Workspace:
     def __init__(self, source: ObjectSource | None = None) -> None:
         self.source = source
         self._pending: dict[ObjectId, bytes] = {}
+        self._copied: set[ObjectId] = set()
         self._decoded: dict[ObjectId, Object] = {}
         self._introduced: dict[str, list[tuple[ObjectId, ObjectId]]] = {}
         self.indexed: set[ObjectId] = set()
@@ -213,6 +214,7 @@ class Workspace:
         """Add canonical bytes already checked by the caller (copied from another workspace)."""
         if oid not in self._pending and not (self.source is not None and self.source.has(oid)):
             self._pending[oid] = data
+            self._copied.add(oid)
 
     def _remember(self, oid: ObjectId, obj: Object) -> None:
         if len(self._decoded) >= _CACHE_LIMIT:
@@ -225,10 +227,16 @@ class Workspace:
         """Objects made here and not known to be in `source`: what a commit has to write."""
         return list(self._pending.items())
 
+    def copied(self) -> set[ObjectId]:
+        """The pending objects whose bytes came from elsewhere (`put_raw`); this workspace hashed every
+        other pending object's bytes to its id itself, which a commit vouches for to the store."""
+        return set(self._copied)
+
     def forget(self, oids: Iterable[ObjectId]) -> None:
         """Drop pending objects that are now in `source` (after a commit wrote them)."""
         for oid in oids:
             self._pending.pop(oid, None)
+            self._copied.discard(oid)
 
     # -- typed reads ---------------------------------------------------------------------------
     def revision(self, oid: ObjectId, *, keep: bool = True, operation: bool = True) -> Revision:
@@ -254,6 +262,13 @@ class Workspace:
         are large enough for that to matter (`_LIGHT_BYTES`), kept as `get` keeps one whose operation is
         large; else as `get` reads it."""
         assert self.source is not None
+        cached = read_cached_revision(self.source, oid)
+        if cached is not None:  # a head this process wrote: decoded already, with its spine's levels
+            found, levels = cached
+            if self._last_spine is None:
+                self._last_spine = levels
+            self._remember(oid, found)
+            return found
         data = self.source.get(oid)
         rev = revision_without_operation(data, _UNREAD) if len(data) > _LIGHT_BYTES else None
         if rev is None:

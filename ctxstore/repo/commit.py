@@ -20,10 +20,11 @@ from typing import Final
 
 from ..errors import InvalidInput, MissingObject, NonFastForward, RefMoved
 from ..format.objects import Revision, references
+from ..history.entry import collector_paused
 from ..history.message_history import MessageHistory
 from ..ids import ObjectId, from_hex, hex_or_none, to_hex
 from ..ids import short_hex as _short
-from ..refs import ANY, Expected, apply_updates, resolve_ref_name
+from ..refs import ANY, TAGS, Expected, apply_updates, resolve_ref_name
 from ..store.base import Transaction, TransactionalStore
 from .lineage import Lineage, read_object
 from .reports import CommitResult
@@ -112,8 +113,9 @@ def commit_many(store: TransactionalStore, lineage: Lineage, updates: Mapping[st
 
     Fast-forward only unless `force`: a ref's head must be in its history's lineage (an unborn ref takes
     any). Otherwise `NonFastForward` names both heads and nothing is written. Results come in the order
-    of `updates`. `set_refs` (full names to ids the store holds or the histories made) are pointed there
-    in the same transaction whatever they held, as `Repository.set_ref` does; they get no result.
+    of `updates`. A ref that names a tag is refused (`InvalidInput`): tags do not move. `set_refs` (full
+    names to ids the store holds or the histories made) are pointed there in the same transaction
+    whatever they held, as `Repository.set_ref` does (a tag too); they get no result.
     """
     if not updates:
         raise InvalidInput("no refs to commit")
@@ -123,9 +125,11 @@ def commit_many(store: TransactionalStore, lineage: Lineage, updates: Mapping[st
     heads = {ref: from_hex(h.revision_id) for ref, h in updates.items()}
     pending: dict[ObjectId, bytes] = {}
     foreign: set[ObjectId] = set()
+    copied: set[ObjectId] = set()
     for h, head in zip(updates.values(), heads.values(), strict=True):
         made = h.workspace.pending()
         pending.update(made)
+        copied |= h.workspace.copied()
         rev = h.workspace.cached(head)
         if isinstance(rev, Revision):
             lineage.note(head, rev.parent)  # spares the fast-forward check a parse
@@ -134,47 +138,58 @@ def commit_many(store: TransactionalStore, lineage: Lineage, updates: Mapping[st
             foreign.update(oid for oid, _ in made)
     moves: dict[str, tuple[ObjectId | None, ObjectId]] = {}
     walked: dict[str, ObjectId] = {}  # ref -> a head the lineage walk found in that ref's history
-    for _attempt in range(CAS_RETRIES):
-        try:
-            with store.transaction(write=True) as txn:
-                moves = {}
-                for ref, head in heads.items():
-                    full = resolve_ref_name(ref, lambda n: txn.get_ref(n) is not None)
-                    if full in moves:
-                        raise InvalidInput(f"ref {full} is committed twice in one batch ({ref!r})")
-                    current = txn.get_ref(full)
-                    if not (force or current is None or current == head or walked.get(ref) == current
-                            or lineage.known_descent(head, current, pending)):
-                        raise _Moved(ref, full, current)
-                    moves[full] = (current, head)
-                _write_objects(txn, pending, foreign)
-                forced: dict[str, tuple[Expected, ObjectId | None]] = {}
-                for name, oid in (set_refs or {}).items():
-                    if name in moves:
-                        raise InvalidInput(f"ref {name} is both committed and set in one batch")
-                    forced[name] = (ANY, oid)
-                apply_updates(txn, {**moves, **forced}, message=message or "commit")
-        except RefMoved:
-            continue  # the store lost a race while it grew its map: nothing was written; check again
-        except _Moved as moved:
-            # Walk the lineage outside the writer's lock, reading the store as needed.
-            if not lineage.descends(updates[moved.ref], moved.current):
-                base = lineage.base_of(updates[moved.ref])
-                raise NonFastForward(
-                    f"ref {moved.full} moved to {_short(moved.current)} since you loaded it at {_short(base)}; "
-                    "rebase onto it, commit with rebase=True, or commit with force",
-                    ref=moved.full, current=to_hex(moved.current), expected=hex_or_none(base),
-                ) from None
-            walked[moved.ref] = moved.current  # the next try accepts this head without walking again
-            continue
-        break
-    else:
-        raise RefMoved(f"refs {', '.join(heads)} kept moving while committing ({CAS_RETRIES} tries); "
-                       "commit again")
+    # A large commit makes a few long-lived objects per record and no cyclic garbage (as an import does).
+    with collector_paused():
+        for _attempt in range(CAS_RETRIES):
+            try:
+                with store.transaction(write=True) as txn:
+                    moves = {}
+                    for ref, head in heads.items():
+                        full = resolve_ref_name(ref, lambda n: txn.get_ref(n) is not None)
+                        if full.startswith(TAGS):
+                            raise InvalidInput(_tag_moves(full))
+                        if full in moves:
+                            raise InvalidInput(f"ref {full} is committed twice in one batch ({ref!r})")
+                        current = txn.get_ref(full)
+                        if not (force or current is None or current == head or walked.get(ref) == current
+                                or lineage.known_descent(head, current, pending)):
+                            raise _Moved(ref, full, current)
+                        moves[full] = (current, head)
+                    _write_objects(txn, pending, foreign, copied)
+                    forced: dict[str, tuple[Expected, ObjectId | None]] = {}
+                    for name, oid in (set_refs or {}).items():
+                        if name in moves:
+                            raise InvalidInput(f"ref {name} is both committed and set in one batch")
+                        forced[name] = (ANY, oid)
+                    apply_updates(txn, {**moves, **forced}, message=message or "commit")
+            except RefMoved:
+                continue  # the store lost a race while it grew its map: nothing was written; check again
+            except _Moved as moved:
+                # Walk the lineage outside the writer's lock, reading the store as needed.
+                if not lineage.descends(updates[moved.ref], moved.current):
+                    base = lineage.base_of(updates[moved.ref])
+                    raise NonFastForward(
+                        f"ref {moved.full} moved to {_short(moved.current)} since you loaded it at {_short(base)}; "
+                        "rebase onto it, commit with rebase=True, or commit with force",
+                        ref=moved.full, current=to_hex(moved.current), expected=hex_or_none(base),
+                    ) from None
+                walked[moved.ref] = moved.current  # the next try accepts this head without walking again
+                continue
+            break
+        else:
+            raise RefMoved(f"refs {', '.join(heads)} kept moving while committing ({CAS_RETRIES} tries); "
+                           "commit again")
     for h in updates.values():
         if h.workspace.source is store:
             h.workspace.forget(pending)
     return [CommitResult(full, hex_or_none(old), to_hex(new)) for full, (old, new) in moves.items()]
+
+
+def _tag_moves(full: str) -> str:
+    # A tag names one revision for good: commits move heads only (`set_refs` re-points a tag on purpose).
+    short = full[len(TAGS):]
+    return (f"{full} is a tag, and tags do not move; fork it to continue the conversation "
+            f"(`ctxstore fork {short} NEW`) or re-point it with `ctxstore tag -f {short} REV`")
 
 
 def commit_rebasing(store: TransactionalStore, lineage: Lineage, ref: str, history: MessageHistory, *,
@@ -207,13 +222,15 @@ def commit_rebasing(store: TransactionalStore, lineage: Lineage, ref: str, histo
                    ref=ref, current=hex_or_none(head))
 
 
-def _write_objects(txn: Transaction, pending: dict[ObjectId, bytes], foreign: set[ObjectId]) -> None:
+def _write_objects(txn: Transaction, pending: dict[ObjectId, bytes], foreign: set[ObjectId],
+                   copied: set[ObjectId]) -> None:
     """Write the pending objects; one made over another source must not point at an absent object.
 
     A history loaded from this store only points at objects it read here or made itself, so only
     objects made over another source need their references checked (and those the store holds are
     not rewritten). The store skips, and re-stamps, any other object it already holds, so nothing
-    made here is looked up beforehand: the insert is the only search.
+    made here is looked up beforehand: the insert is the only search. A history hashed the bytes of
+    every object it made to its id (`Workspace.copied` are the others), and says so to the store.
     """
     held: set[ObjectId] = set()
     for oid in foreign:
@@ -228,4 +245,7 @@ def _write_objects(txn: Transaction, pending: dict[ObjectId, bytes], foreign: se
                 raise MissingObject(
                     f"object {to_hex(oid)} refers to {to_hex(ref)}, which neither the history nor the "
                     "store holds; load the history from this repository (or import it whole) and retry")
-    txn.write_objects((oid, data) for oid, data in pending.items() if oid not in held)
+    txn.write_objects(((oid, data) for oid, data in pending.items() if oid not in held and oid not in copied),
+                      hashed=True)
+    if copied:
+        txn.write_objects((oid, data) for oid, data in pending.items() if oid not in held and oid in copied)

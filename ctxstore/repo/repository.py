@@ -24,7 +24,7 @@ from ..history.workspace import Workspace
 from ..ids import HexId, ObjectId, from_hex, hex_or_none, to_hex
 from ..pack import plan
 from ..pack.stream import PackSource
-from ..refs import ANY, HEADS, TAGS, Expected, Refs
+from ..refs import ANY, HEADS, Expected, Refs
 from ..store.base import TransactionalStore
 from ..store.lmdb import DEFAULT_MAP_SIZE, LmdbStore
 from ..store.memory import MemoryStore
@@ -192,15 +192,6 @@ class Repository:
         """
         return to_hex(revspec.resolve(self.store, self._refs, self._lineage, spec))
 
-    def _refuse_tag(self, ref: str) -> None:
-        # A tag names one revision for good: commits move heads only (`set_ref` re-points a tag on purpose).
-        full = self.ref_name(ref)
-        if full.startswith(TAGS):
-            short = full[len(TAGS):]
-            raise InvalidInput(f"{full} is a tag, and tags do not move; fork it to continue the "
-                               f"conversation (`ctxstore fork {short} NEW`) or re-point it with "
-                               f"`ctxstore tag -f {short} REV`")
-
     # -- histories -----------------------------------------------------------------------------------
     def history(self, ref_or_revision: str) -> MessageHistory:
         """The conversation at a ref (or revision), read lazily; an unborn ref gives an empty history."""
@@ -243,7 +234,6 @@ class Repository:
         ``force=True`` (the old head stays in the reflog). With `rebase`, `RefMoved` after `retries`
         rebases. Returns the move: ref, old head, new head (not the history's head after a rebase).
         """
-        self._refuse_tag(ref)
         if rebase and not force:
             return _commit.commit_rebasing(self.store, self._lineage, ref, history, message=message,
                                            retries=retries, queue=self._writers)
@@ -258,8 +248,6 @@ class Repository:
         `set_refs` points more refs, by full name, at revision ids (hex) in the same transaction, whatever
         they held, as `set_ref` does (a tag naming one of the new revisions, say); they get no result.
         """
-        for ref in updates:
-            self._refuse_tag(ref)
         also: dict[str, ObjectId] = {}
         for name, revision in (set_refs or {}).items():
             if not name.startswith("refs/"):
@@ -277,7 +265,6 @@ class Repository:
                retries: int = _commit.REBASES) -> CommitResult:
         """Append entries (messages or entry inputs) to a ref as one revision and commit it, rebasing
         when another writer got there first (`RefMoved` after `retries` rebases)."""
-        self._refuse_tag(ref)
         history = self.history(ref).extend(list(entries))
         return _commit.commit_rebasing(self.store, self._lineage, ref, history,
                                        message=message or "append", retries=retries, queue=self._writers)

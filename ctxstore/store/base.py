@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..errors import InvalidInput, MissingObject, StoreError
-from ..format import objects
+from ..format import objects, seq
 from ..ids import OID_SIZE, ObjectId, to_hex
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "LeafSource",
     "ObjectSource",
     "ObjectStore",
+    "RevisionSource",
     "Snapshot",
     "StoreStats",
     "Transaction",
@@ -41,6 +42,7 @@ __all__ = [
     "check_oid",
     "check_repository_name",
     "maintenance_lock",
+    "read_cached_revision",
     "read_leaves",
     "read_revision_header",
     "read_stored_append",
@@ -89,6 +91,29 @@ def read_revision_header(source: ObjectSource, oid: ObjectId) -> tuple[ObjectId 
     if header is not None:
         return header(oid)
     return objects.revision_header(source.get(oid))
+
+
+class RevisionSource(Protocol):
+    """The optional read of a revision the source holds decoded already: what loading a history at a
+    head this process just wrote needs.
+
+    A source that has it (`LmdbStore`, whose revision cache keeps the newest revisions it wrote or
+    rebuilt, each checked against its id, with its spine's encoded levels) answers with the revision
+    and those levels (`seq.spine_bytes` of its canonical bytes), or None if it does not hold the object
+    or has it in no such form; the caller then reads it with `get` as ever. Callers go through
+    `read_cached_revision`.
+    """
+
+    def cached_revision(self, oid: ObjectId) -> tuple[objects.Revision, seq.SpineBytes] | None:
+        """A held revision with its spine's encoded levels, if the source has them at hand; else None."""
+        ...
+
+
+def read_cached_revision(source: ObjectSource, oid: ObjectId) -> tuple[objects.Revision, seq.SpineBytes] | None:
+    """`RevisionSource.cached_revision` where the source has it; else None."""
+    cached: Callable[[ObjectId], tuple[objects.Revision, seq.SpineBytes] | None] | None = getattr(
+        source, "cached_revision", None)
+    return None if cached is None else cached(oid)
 
 
 class LeafSource(Protocol):
@@ -272,6 +297,9 @@ class WriteSet:
 
     objects: dict[ObjectId, bytes] = field(default_factory=dict)
     deleted: set[ObjectId] = field(default_factory=set)
+    hashed: set[ObjectId] = field(default_factory=set)
+    """Objects of `objects` whose writer made their id by hashing exactly those bytes (`write_objects`):
+    a backend that stands a check of its own in for the read's (a leaf pack's seal) need not hash them."""
     refs: dict[str, ObjectId | None] = field(default_factory=dict)
     reflog_cleared: set[str] = field(default_factory=set)
     """Reflogs deleted before this transaction's appends (which `reflog_appends` then holds)."""
@@ -469,18 +497,25 @@ class Transaction:
             if not (known.pop(oid) if oid in known else self.has(oid)):
                 new += 1
             w.deleted.discard(oid)
+            w.hashed.discard(oid)
             w.objects[oid] = data
         return new
 
-    def write_objects(self, objects: Iterable[tuple[ObjectId, bytes]]) -> None:
+    def write_objects(self, objects: Iterable[tuple[ObjectId, bytes]], *, hashed: bool = False) -> None:
         """Write objects (id, canonical bytes) without first looking up which the store holds.
 
         The same effect as `put_objects` (a held object keeps its bytes and gets a fresh write time),
         without a lookup per object: for a commit, whose objects are nearly all new, the backend's own
         insert is the only search of the index it needs.
+
+        `hashed` vouches that the caller made each id by hashing exactly the bytes given (as a history
+        does for the objects it encodes), so a backend need not hash them again where it checks ids
+        when writing; a wrong vouch stores bytes under an id they do not have. Without it, any check
+        the backend makes is made.
         """
         w = self._writeset()
         held, deleted = w.objects, w.deleted
+        vouched = w.hashed
         for oid, data in objects:
             if type(oid) is not bytes or len(oid) != OID_SIZE:
                 check_oid(oid)  # raises, saying what is wrong
@@ -490,6 +525,10 @@ class Transaction:
                 data = bytes(data)
             if deleted:
                 deleted.discard(oid)
+            if hashed:
+                vouched.add(oid)
+            elif vouched:
+                vouched.discard(oid)
             held[oid] = data
 
     def delete_objects(self, oids: Iterable[ObjectId]) -> int:
@@ -501,6 +540,7 @@ class Transaction:
             if self.has(oid):
                 gone += 1
             w.objects.pop(oid, None)
+            w.hashed.discard(oid)
             w.deleted.add(oid)
         return gone
 

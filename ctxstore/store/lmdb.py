@@ -55,6 +55,8 @@ _PACKS: dict[tuple[bytes, bytes], list[bytes]] = {}
 """Packs this process read lately, split into their parts, by record key and seal."""
 _TRAIN_AT: dict[str, int] = {}
 _REVISIONS = revisions.RevisionCache()
+_FRAME_BATCH = 256
+"""Leaf packs a commit frames together (`codec.compress_many`)."""
 """Revisions this process rebuilt or wrote lately, shared by its stores (ids are content hashes)."""
 _R = TypeVar("_R")
 
@@ -483,7 +485,10 @@ class _Records:
         time = now_ms.to_bytes(rec.TIME_SIZE, "big")
         depths: dict[ObjectId, int] = {}
         small, large = rec.packer(dictionary, dict_id), rec.packer(None, 0)
-        packed, pointers = self.leaf_packs(w, small)
+        # A pack's payload is mostly its entries, which compress: framed without `small`'s guess, all of a
+        # commit's at once (a bulk import's thousands on every core).
+        packed, pointers = self.leaf_packs(
+            w, lambda payloads: codec.compress_many(payloads, dictionary=dictionary, dict_id=dict_id))
         out: list[tuple[ObjectId, bytes]] = []
         record, may_be_delta = rec.object_record, revisions.may_be_delta
         for oid, data in w.objects.items():
@@ -499,7 +504,7 @@ class _Records:
                                 + [(oid, pointer, True) for oid, pointer in pointers.items()]),
                          sorted((rec.object_key(oid), pack) for oid, (_, pack) in packed.items()))
 
-    def leaf_packs(self, w: WriteSet, frame: Callable[[bytes], bytes]
+    def leaf_packs(self, w: WriteSet, frame: Callable[[list[bytes]], list[bytes]]
                    ) -> tuple[dict[ObjectId, tuple[bytes, bytes]], dict[ObjectId, bytes]]:
         """The packed leaves of the closed leaves a transaction writes (`store.packs`): by leaf id, its
         value in ``objs`` and its pack; and the pointer value of each object they hold, by its id.
@@ -511,8 +516,15 @@ class _Records:
         points to the first.
         """
         packed: dict[ObjectId, tuple[bytes, bytes]] = {}
+        payloads: list[tuple[ObjectId, bytes, bytes]] = []  # leaf id, its marker, its pack's payload: to frame
         pointers: dict[ObjectId, bytes] = {}
         written = w.objects
+
+        def seal() -> None:  # framed a batch at a time: a bulk import holds few payloads at once
+            for (leaf, marker, payload), value in zip(payloads, frame([p for _, _, p in payloads]), strict=True):
+                packed[leaf] = (marker, packs.pack_record(leaf, payload, value))
+            payloads.clear()
+
         node_start = seq.NODE_START
         for oid, data in written.items():
             if not data.startswith(node_start):
@@ -520,31 +532,33 @@ class _Records:
             order = seq.packed_order_of(data)  # None: not a leaf, stored as it is (a read says what is wrong)
             if not order or len(order) > packs.MAX_ENTRIES or self.record(oid) is not None:
                 continue  # held already, packed or not: its objects keep what they point at
-            entries = self._pack_entries(order, written, packs.MAX_PAYLOAD - len(data))
+            entries = self._pack_entries(order, w, packs.MAX_PAYLOAD - len(data))
             if entries is None:
                 continue
             cuts = [packs.chat_message_at(entry) for entry in entries]
-            blobs = self._pack_blobs([e for e, cut in zip(entries, cuts, strict=True) if cut is None], written,
+            blobs = self._pack_blobs([e for e, cut in zip(entries, cuts, strict=True) if cut is None], w,
                                      pointers, packs.MAX_PAYLOAD - len(data) - sum(map(len, entries)),
                                      packs.MAX_ENTRIES - len(entries))
-            packed[oid] = packs.pack_value(oid, data, list(zip(entries, cuts, strict=True)), [b for _, b in blobs],
-                                           frame)
+            payloads.append((oid, packs.leaf_marker(data), packs.pack_payload(
+                data, list(zip(entries, cuts, strict=True)), [b for _, b in blobs])))
+            if len(payloads) >= _FRAME_BATCH:
+                seal()
             held = [*order, *(blob for blob, _ in blobs)]
             sizes = [*map(len, entries), *(len(data) for _, data in blobs)]
             for part, pointer in zip(held, packs.pointer_values(oid, sizes), strict=True):
                 pointers.setdefault(part, pointer)
+        seal()
         for oid in packed:
             pointers.pop(oid, None)  # a leaf named as an entry of another keeps its own marker
         return packed, pointers
 
-    def _pack_entries(self, order: list[ObjectId], written: Mapping[ObjectId, bytes], room: int
-                      ) -> list[bytes] | None:
+    def _pack_entries(self, order: list[ObjectId], w: WriteSet, room: int) -> list[bytes] | None:
         """The canonical bytes of the entries a leaf packs, each checked against its id, or None if one
         is missing, damaged, or they are more than `room` bytes together."""
         entries: list[bytes] = []
         total = 0
         for entry in order:
-            data = self._at_hand(entry, written)
+            data = self._at_hand(entry, w)
             if data is None:
                 return None
             total += len(data)
@@ -553,7 +567,7 @@ class _Records:
             entries.append(data)
         return entries
 
-    def _pack_blobs(self, entries: list[bytes], written: Mapping[ObjectId, bytes], chosen: Mapping[ObjectId, bytes],
+    def _pack_blobs(self, entries: list[bytes], w: WriteSet, chosen: Mapping[ObjectId, bytes],
                     room: int, count: int) -> list[tuple[ObjectId, bytes]]:
         """The blobs a leaf's entries (those that are not chat entries, which name none) name that go in
         its pack: each at hand and checked against its id, not held in a pack already (or chosen by another
@@ -570,17 +584,17 @@ class _Records:
             for blob in entry.blob_ids():
                 if blob in chosen or blob in out or len(out) >= count:
                     continue
-                found = self._at_hand(blob, written, loose_only=True)
+                found = self._at_hand(blob, w, loose_only=True)
                 if found is not None and len(found) <= min(room, packs.MAX_BLOB):
                     room -= len(found)
                     out[blob] = found
         return list(out.items())
 
-    def _at_hand(self, oid: ObjectId, written: Mapping[ObjectId, bytes], *, loose_only: bool = False
-                 ) -> bytes | None:
-        """An object's canonical bytes, checked against its id, from a transaction's writes or the store;
-        None if it is in neither, or damaged (or, with `loose_only`, held in a pack already)."""
-        data = written.get(oid)
+    def _at_hand(self, oid: ObjectId, w: WriteSet, *, loose_only: bool = False) -> bytes | None:
+        """An object's canonical bytes, checked against its id, from a transaction's writes (unless their
+        writer vouched for the id: `WriteSet.hashed`) or the store; None if it is in neither, or damaged
+        (or, with `loose_only`, held in a pack already)."""
+        data = w.objects.get(oid)
         if data is None:
             value = self.find(oid)
             if value is None or (loose_only and value[0] in (packs.PACKED, packs.LEAF_PACK)):
@@ -589,7 +603,7 @@ class _Records:
                 return self.canonical(oid, value)
             except CtxStoreError:
                 return None
-        return data if object_id(data) == oid else None
+        return data if oid in w.hashed or object_id(data) == oid else None
 
     def apply(self, w: WriteSet, now_ms: int, prepared: _Prepared) -> None:
         """Write a transaction's buffered writes, its objects as `prepare` made them (the caller commits)."""
@@ -958,6 +972,19 @@ class LmdbStore(BatchWrites):
     def get(self, oid: ObjectId) -> bytes:
         """The canonical bytes of an object; `MissingObject` if absent."""
         return self._required(oid, _Records.get)
+
+    def cached_revision(self, oid: ObjectId) -> tuple[Revision, seq.SpineBytes] | None:
+        """A held revision this process wrote or rebuilt lately, with its spine's encoded levels, from the
+        revision cache (`RevisionSource`): what the cache keeps was checked against its id when it went
+        in, so only whether this store holds it is looked up."""
+        rev, encoded = _REVISIONS.get(oid), _REVISIONS.encoded(oid)
+        if rev is None or encoded is None or encoded[1] is None:
+            return None
+        check_oid(oid)
+        with self._reading() as records:
+            if records.record(oid) is None:
+                return None
+        return rev, encoded[1]
 
     def get_many(self, oids: Iterable[ObjectId]) -> list[bytes]:
         """The canonical bytes of objects, in order, all read under one read transaction (one hold of

@@ -53,8 +53,8 @@ from ..format.codec import cbor_head
 from ..ids import ObjectId, to_hex
 
 __all__ = ["FRAMED_AT", "LEAF_PACK", "MAX_BLOB", "MAX_ENTRIES", "MAX_PAYLOAD", "PACKED", "SEAL_SIZE", "chat_message_at",
-           "chat_messages", "is_pack", "pack_value", "payload_of", "pointer_target", "pointer_values", "split",
-           "stored_size_of"]
+           "chat_messages", "is_pack", "leaf_marker", "pack_payload", "pack_record", "pack_value", "payload_of",
+           "pointer_target", "pointer_values", "split", "stored_size_of"]
 
 LEAF_PACK = 0x04
 """Codec byte of a closed leaf stored with its entries."""
@@ -88,12 +88,27 @@ def pack_value(leaf: ObjectId, leaf_bytes: bytes, entries: Sequence[tuple[bytes,
     (canonical bytes in `seq.packed_order`, each with where its message starts if it is a chat entry:
     `chat_message_at`) and `blobs` (canonical bytes of blobs they name), its payload framed by `frame`
     (the store's packer: raw, zstd or dictionary)."""
+    payload = pack_payload(leaf_bytes, entries, blobs)
+    return leaf_marker(leaf_bytes), pack_record(leaf, payload, frame(payload))
+
+
+def pack_payload(leaf_bytes: bytes, entries: Sequence[tuple[bytes, int | None]], blobs: Sequence[bytes]) -> bytes:
+    """The payload of a pack (`pack_value`), before it is framed and sealed."""
     heads = [data if cut is None else data[:cut] for data, cut in entries]
     messages = [_NULL if cut is None else data[cut:] for data, cut in entries]
-    payload = b"".join([cbor_head(4, 2 + len(entries) + len(blobs)), cbor_head(2, len(leaf_bytes)), leaf_bytes,
-                        cbor_head(4, len(heads)), *[cbor_head(2, len(h)) + h for h in heads], *messages,
-                        *[cbor_head(2, len(b)) + b for b in blobs]])
-    return bytes([LEAF_PACK]) + len(leaf_bytes).to_bytes(_SIZE, "big"), _seal(leaf, payload) + frame(payload)
+    return b"".join([cbor_head(4, 2 + len(entries) + len(blobs)), cbor_head(2, len(leaf_bytes)), leaf_bytes,
+                     cbor_head(4, len(heads)), *[cbor_head(2, len(h)) + h for h in heads], *messages,
+                     *[cbor_head(2, len(b)) + b for b in blobs]])
+
+
+def leaf_marker(leaf_bytes: bytes) -> bytes:
+    """A packed leaf's stored value in ``objs``: the codec byte and the leaf's canonical size."""
+    return bytes([LEAF_PACK]) + len(leaf_bytes).to_bytes(_SIZE, "big")
+
+
+def pack_record(leaf: ObjectId, payload: bytes, framed: bytes) -> bytes:
+    """A pack's record: the seal of `leaf` and `payload`, then `framed` (the payload as the store frames it)."""
+    return _seal(leaf, payload) + framed
 
 
 def chat_message_at(data: bytes) -> int | None:
