@@ -8,7 +8,6 @@ starts fast.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
@@ -94,7 +93,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'ctxstore' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(__import__(module, fromlist=[name]), name)  # the import `-X importtime` times
     globals()[name] = value
     return value
 

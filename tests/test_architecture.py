@@ -262,41 +262,53 @@ def test_only_the_cli_prints_or_reads_the_environment():
     assert not bad, bad
 
 
-def test_every_cli_command_is_registered_statically():
-    """Each click command a cli module defines at top level is in the `ctxstore` group, imported up front."""
-    from ctxstore.cli import cli
+def test_every_cli_command_is_named_in_the_main_group() -> None:
+    """`COMMANDS` (looked up lazily) names every top-level command the CLI's modules define, and each
+    name loads the command of that name: a module that fails to import fails here."""
+    import importlib
+    import pkgutil
 
-    source = modules()["ctxstore.cli"].read_text(encoding="utf-8")
-    assert "importlib" not in source and "__getattr__" not in source
-    registered = set(cli.commands.values())
-    missing = []
-    for name in modules():
-        if layer(name) != "cli" or name == "ctxstore.cli":
-            continue
-        module = sys.modules.get(name)
-        if module is None:
-            continue
-        for attr, value in vars(module).items():
-            if (isinstance(value, click.Command) and value.__module__ == name and not isinstance(value, click.Group)
-                    and value not in registered and not _is_subcommand(cli, value)):
-                missing.append(f"{name}.{attr}")
-    assert not missing, missing
+    import click
 
+    import ctxstore.cli as package
+    from ctxstore.cli import COMMANDS, cli
 
-def _is_subcommand(group: click.Group, command: click.Command) -> bool:
-    for sub in group.commands.values():
-        if isinstance(sub, click.Group) and (command in sub.commands.values() or _is_subcommand(sub, command)):
-            return True
-    return False
+    defined: dict[str, click.Command] = {}
+    subcommands: set[int] = set()
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name == "__main__":
+            continue  # runs the CLI
+        module = importlib.import_module(f"ctxstore.cli.{info.name}")
+        for value in vars(module).values():
+            if isinstance(value, click.Command) and value.callback is not None and (
+                    value.callback.__module__ == module.__name__):
+                defined[f"{info.name}:{value.name}"] = value
+                if isinstance(value, click.Group):
+                    subcommands.update(id(c) for c in value.commands.values())
+    top = {key.split(":")[1] for key, c in defined.items() if id(c) not in subcommands}
+    assert top == set(COMMANDS)
+    ctx = click.Context(cli)
+    assert cli.list_commands(ctx) == sorted(COMMANDS)
+    for name, (module, attr) in COMMANDS.items():
+        command = cli.get_command(ctx, name)
+        assert command is not None and command.name == name
+        assert command is getattr(importlib.import_module(f"ctxstore.cli.{module}"), attr)
+    assert cli.get_command(ctx, "nosuch") is None
 
 
 def test_a_command_module_that_cannot_import_fails_the_cli_loudly():
-    """A broken import inside a command module stops `ctxstore` with the ImportError, not a missing command."""
+    """A broken import inside a command module stops its command (and the help that lists every command)
+    with the ImportError, not a missing command; the other commands still run."""
     code = ("import sys; sys.modules['ctxstore.cli._sync'] = None\n"
-            "try:\n    import ctxstore.cli\nexcept ImportError as e:\n    print('ImportError', e)\n"
-            "else:\n    print('imported')\n")
+            "from ctxstore.cli import cli\n"
+            "for argv in (['fetch'], ['--help'], ['refs', '--help']):\n"
+            "    try:\n        cli.main(argv, standalone_mode=False)\n"
+            "    except ImportError as e:\n        print(argv[0], 'ImportError', e)\n"
+            "    else:\n        print(argv[0], 'ran')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
-    assert out.startswith("ImportError"), out
+    lines = [line for line in out.splitlines() if line.startswith(("fetch ", "--help ", "refs "))]
+    assert [line.split()[:2] for line in lines] == [["fetch", "ImportError"], ["--help", "ImportError"],
+                                                    ["refs", "ran"]], out
 
 
 def test_all_is_sorted_and_matches_the_docs():

@@ -14,23 +14,48 @@ from typing import Any
 
 import click
 
-from ._agent import AGENT_COMMANDS
-from ._browse import grep_, ls
 from ._common import ENV_REPO, EXIT_CODES, EXIT_NOT_FOUND, Context, Failure, environment_repo, fail
-from ._edit import edit
-from ._history import append, diff, log, render, show
-from ._hub import hub
-from ._mcp import mcp
-from ._refs import branch, fork, reflog, refs, tag
-from ._repo import export, fsck, gc, import_, init, stats, tour
-from ._sync import SYNC_COMMANDS
 
-__all__ = ["EXIT_CODES", "cli", "main"]
+__all__ = ["COMMANDS", "EXIT_CODES", "cli", "main"]
 
 _EPILOG = "\b\nExit codes:\n" + "\n".join(f"  {code}  {text}" for code, text in EXIT_CODES.items())
 
+COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("_repo", "init"), "append": ("_history", "append"), "edit": ("_edit", "edit"),
+    "log": ("_history", "log"), "show": ("_history", "show"), "render": ("_history", "render"),
+    "branch": ("_refs", "branch"), "tag": ("_refs", "tag"), "fork": ("_refs", "fork"), "refs": ("_refs", "refs"),
+    "reflog": ("_refs", "reflog"), "diff": ("_history", "diff"), "import": ("_interchange", "import_"),
+    "export": ("_interchange", "export"), "ls": ("_browse", "ls"), "grep": ("_browse", "grep_"),
+    "fsck": ("_repo", "fsck"), "gc": ("_repo", "gc"), "stats": ("_repo", "stats"), "tour": ("_repo", "tour"),
+    "mcp": ("_mcp", "mcp"), "serve": ("_sync", "serve"), "fetch": ("_sync", "fetch"), "pull": ("_sync", "pull"),
+    "push": ("_sync", "push"), "clone": ("_sync", "clone"), "remote": ("_sync", "remote"), "hub": ("_hub", "hub"),
+    "chat": ("_agent", "chat"), "compact": ("_agent", "compact"),
+}
+"""Every command, by name: the module of this package that defines it and the command's name there.
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+A command's module is imported when the command runs (or its help is shown), so a command starts
+without importing the others' (`fetch` loads neither the edit nor the agent commands). The test suite
+loads every one, so a module that fails to import fails the tests, loudly, instead of its command
+quietly vanishing."""
+
+
+class _Commands(click.Group):
+    """The main group: its commands are `COMMANDS`, each imported the first time it is looked up."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, name = COMMANDS[cmd_name]
+            # `__import__`, not `importlib.import_module`: the interpreter's own import, which
+            # `python -X importtime` times (the start-up benchmark adds up what it reports).
+            command = getattr(__import__(f"{__name__}.{module}", fromlist=[name]), name)
+            self.add_command(command, cmd_name)
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              epilog=_EPILOG)
 @click.option("-C", "directory", metavar="DIR", type=click.Path(file_okay=False),
               help="Run as if ctxstore was started in DIR.")
@@ -58,13 +83,6 @@ def cli(ctx: click.Context, directory: str | None, repo_path: str | None, quiet:
     state = Context(os.path.abspath(repo_path) if repo_path else None, Path.cwd(), quiet=quiet)
     ctx.obj = state
     ctx.call_on_close(state.close)
-
-
-# Every command is registered here, statically: a command module that fails to import fails `ctxstore`
-# at start, loudly, instead of its commands quietly vanishing.
-for _command in (init, append, edit, log, show, render, branch, tag, fork, refs, reflog, diff, import_, export,
-                 ls, grep_, fsck, gc, stats, tour, mcp, *SYNC_COMMANDS, hub, *AGENT_COMMANDS):
-    cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> Any:

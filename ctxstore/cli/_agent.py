@@ -1,7 +1,8 @@
 """The agent commands of the `ctxstore` CLI: `chat` (a conversation recorded into a ref) and `compact`.
 
-The commands are in `AGENT_COMMANDS`, for the main group to add. They find the repository the way every
-other command does (`--repo`, `CTXSTORE_DIR`, or `.ctxstore` in the current directory or a parent).
+The commands are in `AGENT_COMMANDS`; the main group names each in `ctxstore.cli.COMMANDS`. They find
+the repository the way every other command does (`--repo`, `CTXSTORE_DIR`, or `.ctxstore` in the
+current directory or a parent).
 `python -m ctxstore.cli._agent [--repo PATH] chat|compact ...` runs them on their own.
 
 A model is Anthropic's API (`anthropic_model`, which needs `ANTHROPIC_API_KEY`) or, with `--offline`,
@@ -331,4 +332,4 @@ def compact(ref: str, trigger_tokens: int, keep_recent: int, offline: bool,
 
 
 AGENT_COMMANDS: list[click.Command] = [chat, compact]
-"""The agent commands, for the main group: `for c in AGENT_COMMANDS: cli.add_command(c)`."""
+"""The agent commands (the main group loads each by name: `ctxstore.cli.COMMANDS`)."""

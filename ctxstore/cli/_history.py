@@ -13,8 +13,6 @@ from ..errors import UnknownRevision
 from ..format.objects import Entry, Revision, parse_object
 from ..history.entry import MessageHistoryEntry
 from ..ids import from_hex
-from ..interop.formats import parse_messages
-from ..interop.messages import check_messages
 from ..repo.repository import Repository
 from ._common import EXIT_NOT_FOUND, EXIT_USAGE, Context, emit, fail, reporting
 from ._graph import LogRevision, collect, draw, operation_summary
@@ -43,6 +41,10 @@ def append(state: Context, ref: str, text: tuple[str, ...], role: str, entry_id:
     When another writer moved REF meanwhile, the append is rebased onto it and retried.
     Prints {ref, revision, entryIds, size}.
     """
+    # The interchange layer (its package loads every importer) only where a message is appended.
+    from ..interop.formats import parse_messages
+    from ..interop.messages import check_messages
+
     if text:
         entries: list[Any] = [{"role": role, "content": " ".join(text)}]
     else:

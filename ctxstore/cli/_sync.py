@@ -1,10 +1,10 @@
 """The sync commands of the CLI: serve, fetch, pull, push, clone and remote add/list/remove.
 
-`SYNC_COMMANDS` is what the main group registers (``cli.add_command`` for each).
+`SYNC_COMMANDS` lists them; the main group names each in `ctxstore.cli.COMMANDS`.
 Tokens for HTTP remotes come from ``--token`` or ``CTXSTORE_TOKEN``.
 
-The commands are registered statically, but the sync layer (and the HTTP client and server stacks it
-reaches) is imported inside each command, so `ctxstore render` and the other local commands never
+This module is imported when one of its commands runs, and the sync layer (and the HTTP client and
+server stacks it reaches) inside each command, so `ctxstore render` and the other local commands never
 pay for it.
 """
 

@@ -306,10 +306,11 @@ def compress_many(values: list[bytes], *, level: int = 3, dictionary: zstandard.
         return [frame(value) for value in values]
     head = bytes([ZSTD_DICT]) + dict_id.to_bytes(4, "big") if dictionary is not None else bytes([ZSTD])
     raw = bytes([RAW])
-    packed = _compressor(dictionary, level).multi_compress_to_buffer(values, threads=-1)
+    segments: list[bytes | bytearray | memoryview] = list(values)
+    packed = _compressor(dictionary, level).multi_compress_to_buffer(segments, threads=-1)
     out = []
-    for value, segment in zip(values, packed, strict=True):
-        data = segment.tobytes()
+    for n, value in enumerate(values):
+        data = packed[n].tobytes()
         out.append(raw + value if len(data) + len(head) - 1 >= len(value) else head + data)
     return out
 
