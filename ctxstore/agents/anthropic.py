@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import InvalidInput, ModelError
+from ..errors import InvalidInput, ModelError, shown
 from .models import DEFAULT_MAX_TOKENS, GenerateResult, Usage, message_text, plain_messages
 from .signals import AbortSignal, abortable
 
@@ -60,7 +60,7 @@ class AnthropicModel:
         request: dict[str, Any] = {"model": self.name, "messages": plain_messages(messages, "message")}
         if system is not None:
             if not isinstance(system, str):
-                raise InvalidInput(f"system must be a str, got {system!r}")
+                raise InvalidInput(f"system must be a str, got {shown(system)}")
             request["system"] = system
         if tools:
             request["tools"] = plain_messages(tools, "tool")
@@ -134,12 +134,12 @@ def anthropic_model(
     import anthropic  # imported here so that `import ctxstore` does not pay for the SDK
 
     if not isinstance(model, str) or not model:
-        raise InvalidInput(f"model must be an Anthropic model id such as {DEFAULT_MODEL!r}, got {model!r}")
+        raise InvalidInput(f"model must be an Anthropic model id such as {DEFAULT_MODEL!r}, got {shown(model)}")
     _check_max_tokens(max_tokens)
     return AnthropicModel(model, client, max_tokens, anthropic)
 
 
 def _check_max_tokens(max_tokens: object) -> None:
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise InvalidInput(f"max_tokens must be an int of at least 1, got {max_tokens!r}")
+        raise InvalidInput(f"max_tokens must be an int of at least 1, got {shown(max_tokens)}")
 

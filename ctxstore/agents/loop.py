@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
-from ..errors import InvalidInput, ModelError
+from ..errors import InvalidInput, ModelError, shown
 from ..history.budget import PRICING, Pricing, cost_of
 from .models import GenerateResult, Model, Usage
 from .signals import AbortSignal
@@ -94,16 +94,16 @@ def tool(function: Callable[..., Any] | None = None, *, name: str | None = None,
         if isinstance(fn, Tool):
             return fn
         if not callable(fn):
-            raise InvalidInput(f"a tool must be a function, got {fn!r}")
+            raise InvalidInput(f"a tool must be a function, got {shown(fn)}")
         tool_name = name or getattr(fn, "__name__", None)
         if not tool_name or tool_name == "<lambda>":
             raise InvalidInput("a tool made from a lambda needs a name: tool(fn, name='...')")
         if not isinstance(tool_name, str):
-            raise InvalidInput(f"a tool name is a str, got {tool_name!r}")
+            raise InvalidInput(f"a tool name is a str, got {shown(tool_name)}")
         if description is not None and not isinstance(description, str):
-            raise InvalidInput(f"a tool description is a str, got {description!r}")
+            raise InvalidInput(f"a tool description is a str, got {shown(description)}")
         if input_schema is not None and not isinstance(input_schema, Mapping):
-            raise InvalidInput(f"input_schema must be a JSON schema dict, got {input_schema!r}")
+            raise InvalidInput(f"input_schema must be a JSON schema dict, got {shown(input_schema)}")
         doc = inspect.getdoc(fn) or ""
         text = description or (doc.strip().splitlines()[0] if doc.strip() else f"Call {tool_name}.")
         schema = dict(input_schema) if input_schema is not None else _derive_schema(fn, tool_name)
@@ -120,7 +120,7 @@ def _derive_schema(fn: Callable[..., Any], name: str) -> dict[str, Any]:
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):
-        raise InvalidInput(f"cannot read the parameters of tool {name!r}; give its schema with "
+        raise InvalidInput(f"cannot read the parameters of tool {shown(name)}; give its schema with "
                            "tool(fn, input_schema={...})") from None
     properties: dict[str, Any] = {}
     required: list[str] = []
@@ -182,7 +182,7 @@ def _first_message(prompt: object) -> dict[str, Any]:
         return {"role": "user", "content": prompt}
     if isinstance(prompt, list | tuple) and all(isinstance(block, Mapping) for block in prompt):
         return {"role": "user", "content": [dict(block) for block in prompt]}
-    raise InvalidInput(f"a prompt is text, a list of content block dicts or a user message dict, got {prompt!r}")
+    raise InvalidInput(f"a prompt is text, a list of content block dicts or a user message dict, got {shown(prompt)}")
 
 
 def _result_content(value: Any) -> Any:
@@ -202,24 +202,24 @@ def _strategy(history: HistoryStrategy | Callable[[], HistoryStrategy] | None) -
         try:
             made = history()  # a factory (or a strategy class): one strategy per agent
         except TypeError as err:
-            raise InvalidInput(f"the history factory {history!r} cannot be called without arguments: {err}; "
+            raise InvalidInput(f"the history factory {shown(history)} cannot be called without arguments: {err}; "
                                "pass a strategy, or a function that makes one") from err
     if not isinstance(made, HistoryStrategy):
         raise InvalidInput(
-            f"history must be a strategy (history, on_append, on_read) or a factory of one, got {made!r}"
+            f"history must be a strategy (history, on_append, on_read) or a factory of one, got {shown(made)}"
         )
     return made
 
 
 def _listed(items: Any, what: str) -> list[Any]:
     if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
-        raise InvalidInput(f"{what} must be a list, got {items!r}")
+        raise InvalidInput(f"{what} must be a list, got {shown(items)}")
     return list(items)
 
 
 def _check_count(value: object, what: str, least: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise InvalidInput(f"{what} must be an int of at least {least}, got {value!r}")
+        raise InvalidInput(f"{what} must be an int of at least {least}, got {shown(value)}")
 
 
 class Agent:
@@ -239,18 +239,18 @@ class Agent:
         pricing: Mapping[str, Pricing] | None = None,
     ) -> None:
         if not isinstance(model, Model):
-            raise InvalidInput(f"model must be a Model (generate, count_tokens, name), got {model!r}")
+            raise InvalidInput(f"model must be a Model (generate, count_tokens, name), got {shown(model)}")
         self.model = model
         self.strategy: HistoryStrategy = _strategy(history)
         if system is not None and not isinstance(system, str):
-            raise InvalidInput(f"system must be a str, got {system!r}")
+            raise InvalidInput(f"system must be a str, got {shown(system)}")
         self.system = system
         self.tools: dict[str, Tool] = {}
         for item in _listed(tools, "tools"):
             made = tool(item)
             if made.name in self.tools:
                 raise InvalidInput(
-                    f"two tools are named {made.name!r}; give one another name with tool(fn, name=...)"
+                    f"two tools are named {shown(made.name)}; give one another name with tool(fn, name=...)"
                 )
             self.tools[made.name] = made
         self.stop_when: list[StopWhen] = (
@@ -258,13 +258,13 @@ class Agent:
         )
         for predicate in self.stop_when:
             if not callable(predicate):
-                raise InvalidInput(f"stop_when takes functions of (state, step), got {predicate!r}")
+                raise InvalidInput(f"stop_when takes functions of (state, step), got {shown(predicate)}")
         _check_count(max_steps, "max_steps", 1)
         _check_count(budget_tokens, "budget_tokens", 0)
         if max_tokens is not None:
             _check_count(max_tokens, "max_tokens", 1)
         if pricing is not None and not isinstance(pricing, Mapping):
-            raise InvalidInput(f"pricing must map model ids to Pricing, got {pricing!r}")
+            raise InvalidInput(f"pricing must map model ids to Pricing, got {shown(pricing)}")
         self.budget_tokens = budget_tokens
         self.max_steps = max_steps
         self.max_tokens = max_tokens
@@ -288,9 +288,9 @@ class Agent:
             arguments = use.get("input") or {}
             try:
                 if found is None:
-                    raise LookupError(f"no tool named {use.get('name')!r}; available: {sorted(self.tools)}")
+                    raise LookupError(f"no tool named {shown(use.get('name'))}; available: {sorted(self.tools)}")
                 if not isinstance(arguments, Mapping):
-                    raise TypeError(f"tool input must be an object, got {arguments!r}")
+                    raise TypeError(f"tool input must be an object, got {shown(arguments)}")
                 inspect.signature(found.function).bind(**arguments)  # wrong arguments: a clear error
                 block["content"] = _result_content(await found(arguments))
             except Exception as err:  # the model sees the failure and can correct itself
@@ -312,14 +312,14 @@ class Agent:
             read = await self.strategy.on_read(HistoryReadContext(self.model, self.budget_tokens, signal))
             messages = getattr(read, "messages", None)
             if not isinstance(messages, list):
-                raise InvalidInput(f"strategy {self.strategy!r} read {read!r}; on_read must return a "
+                raise InvalidInput(f"strategy {shown(self.strategy)} read {shown(read)}; on_read must return a "
                                    "ReadResult(history, messages)")
             result = await self.model.generate(
                 messages=api_messages(messages), system=self.system, tools=tools,
                 max_tokens=self.max_tokens, signal=signal,
             )
             if not isinstance(result, GenerateResult):
-                raise ModelError(f"model {self.model.name!r} answered {result!r}; a Model's generate must "
+                raise ModelError(f"model {shown(self.model.name)} answered {shown(result)}; a Model's generate must "
                                  "return a GenerateResult")
             usage = Usage.of(result.usage)
             cost = cost_of(usage, self.model.name, self.pricing)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, shown
 from .signals import AbortSignal
 
 __all__ = [
@@ -74,7 +74,7 @@ class Usage:
                 return None
             whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
             if isinstance(value, bool) or not whole:
-                raise InvalidInput(f"usage figure {name} must be a whole number of tokens, got {value!r}")
+                raise InvalidInput(f"usage figure {name} must be a whole number of tokens, got {shown(value)}")
             return int(value)
 
         return cls(
@@ -162,17 +162,17 @@ def plain_messages(items: Iterable[Mapping[str, Any]], what: str = "message") ->
     SDK objects inside are dumped to plain data, so a request can carry what a model returned.
     """
     if isinstance(items, str | bytes | Mapping):
-        raise InvalidInput(f"{what}s must be a list of {what} dicts, got {items!r}")
+        raise InvalidInput(f"{what}s must be a list of {what} dicts, got {shown(items)}")
     try:
         listed = list(items)
     except TypeError:
-        raise InvalidInput(f"{what}s must be a list of {what} dicts, got {items!r}") from None
+        raise InvalidInput(f"{what}s must be a list of {what} dicts, got {shown(items)}") from None
     out: list[dict[str, Any]] = []
     for item in listed:
         if not isinstance(item, Mapping):
-            raise InvalidInput(f"a {what} must be a dict in the Messages API shape, got {item!r}")
+            raise InvalidInput(f"a {what} must be a dict in the Messages API shape, got {shown(item)}")
         try:
             out.append(json.loads(json.dumps(dict(item), ensure_ascii=False, default=_dump)))
         except (TypeError, ValueError, RecursionError) as err:
-            raise InvalidInput(f"a {what} must hold JSON data only ({err}): {item!r}") from None
+            raise InvalidInput(f"a {what} must hold JSON data only ({err}): {shown(item)}") from None
     return out

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, shown
 from ..history.budget import estimate_tokens
 from .models import GenerateResult, Usage, message_text, plain_messages
 from .signals import AbortSignal, abortable
@@ -54,9 +54,9 @@ def tool_call(name: str, input: Mapping[str, Any] | None = None, *, text: str | 
               id: str | None = None) -> dict[str, Any]:
     """An assistant message that calls tool `name` with `input` (a script item for `OfflineModel`)."""
     if not isinstance(name, str) or not name:
-        raise InvalidInput(f"a tool name is a non-empty str, got {name!r}")
+        raise InvalidInput(f"a tool name is a non-empty str, got {shown(name)}")
     if input is not None and not isinstance(input, Mapping):
-        raise InvalidInput(f"tool input is a dict of arguments, got {input!r}")
+        raise InvalidInput(f"tool input is a dict of arguments, got {shown(input)}")
     content: list[dict[str, Any]] = []
     if text:
         content.append({"type": "text", "text": text})
@@ -83,20 +83,20 @@ class OfflineModel:
 
     def __post_init__(self) -> None:
         if isinstance(self.script, str | bytes | Mapping) or not isinstance(self.script, Iterable):
-            raise InvalidInput(f"an offline script is a list of replies, got {self.script!r}")
+            raise InvalidInput(f"an offline script is a list of replies, got {shown(self.script)}")
         self._script = list(self.script)
         for item in self._script:
             if not (isinstance(item, str | Mapping) or callable(item)):
                 raise InvalidInput(
-                    f"offline script item {item!r} is not a str, an assistant message dict or a function "
+                    f"offline script item {shown(item)} is not a str, an assistant message dict or a function "
                     "returning one; use tool_call(name, input) for tool calls"
                 )
         if not isinstance(self.name, str) or not self.name:
-            raise InvalidInput(f"a model name is a non-empty str, got {self.name!r}")
+            raise InvalidInput(f"a model name is a non-empty str, got {shown(self.name)}")
         if isinstance(self.latency, bool) or not isinstance(self.latency, int | float) or not (
             0 <= self.latency < math.inf
         ):
-            raise InvalidInput(f"latency is a number of seconds, at least 0, got {self.latency!r}")
+            raise InvalidInput(f"latency is a number of seconds, at least 0, got {shown(self.latency)}")
         self._next = 0
 
     async def generate(
@@ -110,7 +110,7 @@ class OfflineModel:
     ) -> GenerateResult:
         """Answer deterministically; a set `signal` aborts with `ModelError`."""
         if system is not None and not isinstance(system, str):
-            raise InvalidInput(f"system must be a str, got {system!r}")
+            raise InvalidInput(f"system must be a str, got {shown(system)}")
         request = OfflineRequest(
             messages=plain_messages(messages),
             system=system,
@@ -155,7 +155,7 @@ class OfflineModel:
             return {"role": "assistant", "content": [{"type": "text", "text": reply}]}
         if not isinstance(reply, Mapping) or "content" not in reply:
             raise InvalidInput(
-                f"offline script item {reply!r} is not a str, an assistant message dict or a function "
+                f"offline script item {shown(reply)} is not a str, an assistant message dict or a function "
                 "returning one; use tool_call(name, input) for tool calls"
             )
         content = reply["content"]
@@ -165,7 +165,7 @@ class OfflineModel:
             blocks = [dict(b) for b in content]
         else:
             raise InvalidInput(
-                f"offline script item {reply!r} has content that is neither a str nor a list of blocks"
+                f"offline script item {shown(reply)} has content that is neither a str nor a list of blocks"
             )
         for index, block in enumerate(blocks):
             if block.get("type") == "tool_use" and "id" not in block:

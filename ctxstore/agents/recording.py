@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from itertools import islice
 from typing import Any, Final
 
-from ..errors import InvalidInput, RefMoved
+from ..errors import InvalidInput, RefMoved, shown
 from ..history.message_history import MessageHistory
 from ..ids import HexId
 from ..repo.repository import Repository
@@ -48,17 +48,17 @@ class RepositoryHistoryStrategy:
     def __init__(self, repo: Repository, ref: str, inner: HistoryStrategy | None = None, *,
                  retries: int = COMMIT_RETRIES) -> None:
         if not (hasattr(repo, "commit") and hasattr(repo, "history")):
-            raise InvalidInput(f"repo must be a ctxstore Repository, got {repo!r}")
+            raise InvalidInput(f"repo must be a ctxstore Repository, got {shown(repo)}")
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 1:
-            raise InvalidInput(f"retries must be an int of at least 1, got {retries!r}")
+            raise InvalidInput(f"retries must be an int of at least 1, got {shown(retries)}")
         self.repo = repo
         self.ref: str = repo.ref_name(ref)
         """The full name of the ref the conversation is recorded into."""
         self.inner: HistoryStrategy = inner if inner is not None else append_only_history_strategy()
         if not isinstance(self.inner, HistoryStrategy):
-            raise InvalidInput(f"inner must be a history strategy (on_append/on_read), got {self.inner!r}")
+            raise InvalidInput(f"inner must be a history strategy (on_append/on_read), got {shown(self.inner)}")
         if not isinstance(self.inner.history, MessageHistory):
-            raise InvalidInput(f"inner's history must be a MessageHistory, got {self.inner.history!r}")
+            raise InvalidInput(f"inner's history must be a MessageHistory, got {shown(self.inner.history)}")
         self.retries = retries
         self._base: HexId | None = repo.head(self.ref)
         self.inner.history = self._starting_history(self.inner.history)

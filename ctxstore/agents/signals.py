@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
 
-from ..errors import InvalidInput, ModelError
+from ..errors import InvalidInput, ModelError, shown
 
 __all__ = ["AbortSignal", "Signal", "SignalHistory", "abortable", "signal_history_strategy"]
 
@@ -194,6 +194,6 @@ def signal_history_strategy(inner: Any) -> SignalHistory:
     after an assignment to `strategy.history`; subscribers are called with the new `MessageHistory`.
     """
     if not (hasattr(inner, "history") and hasattr(inner, "on_read") and hasattr(inner, "on_append")):
-        raise InvalidInput(f"inner must be a history strategy (history, on_append, on_read), got {inner!r}")
+        raise InvalidInput(f"inner must be a history strategy (history, on_append, on_read), got {shown(inner)}")
     history: Signal[Any] = Signal(inner.history)
     return SignalHistory(_SignalStrategy(inner, history), history)

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from ..errors import InvalidInput, ModelError
+from ..errors import InvalidInput, ModelError, shown
 from ..history.message_history import MessageHistory
 from .models import Model, plain_messages
 from .signals import AbortSignal, abortable
@@ -118,7 +118,7 @@ def _blocks(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     if isinstance(content, list | tuple) and all(isinstance(block, Mapping) for block in content):
         return [dict(block) for block in content]
     raise InvalidInput(
-        f"message content must be a string or a list of content block dicts, got {content!r}"
+        f"message content must be a string or a list of content block dicts, got {shown(content)}"
     )
 
 
@@ -211,7 +211,7 @@ class _Strategy:
 
     def __init__(self, history: MessageHistory | None) -> None:
         if history is not None and not isinstance(history, MessageHistory):
-            raise InvalidInput(f"history must be a MessageHistory (or None for a new one), got {history!r}")
+            raise InvalidInput(f"history must be a MessageHistory (or None for a new one), got {shown(history)}")
         self.history: MessageHistory = history if history is not None else MessageHistory()
 
     async def on_append(self, message: Mapping[str, Any], ctx: HistoryAppendContext) -> None:
@@ -240,9 +240,9 @@ class _SummarizingBase(_Strategy):
 
     def __init__(self, model: Model, memory_store: SummaryMemory | None, history: MessageHistory | None) -> None:
         if not isinstance(model, Model):
-            raise InvalidInput(f"model must be a Model (generate, count_tokens, name), got {model!r}")
+            raise InvalidInput(f"model must be a Model (generate, count_tokens, name), got {shown(model)}")
         if memory_store is not None and not isinstance(memory_store, SummaryMemory):
-            raise InvalidInput(f"memory_store must have an async ingest(docs) method, got {memory_store!r}")
+            raise InvalidInput(f"memory_store must have an async ingest(docs) method, got {shown(memory_store)}")
         super().__init__(history)
         self.model = model
         self.memory_store = memory_store
@@ -286,9 +286,9 @@ class SummarizingHistoryStrategy(_SummarizingBase):
     def __init__(self, *, model: Model, trigger_tokens: int, keep_recent: int,
                  memory_store: SummaryMemory | None = None, history: MessageHistory | None = None) -> None:
         if isinstance(trigger_tokens, bool) or not isinstance(trigger_tokens, int) or trigger_tokens < 0:
-            raise InvalidInput(f"trigger_tokens must be a non-negative int, got {trigger_tokens!r}")
+            raise InvalidInput(f"trigger_tokens must be a non-negative int, got {shown(trigger_tokens)}")
         if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
-            raise InvalidInput(f"keep_recent must be a non-negative int, got {keep_recent!r}")
+            raise InvalidInput(f"keep_recent must be a non-negative int, got {shown(keep_recent)}")
         super().__init__(model, memory_store, history)
         self.trigger_tokens = trigger_tokens
         self.keep_recent = keep_recent
@@ -355,9 +355,9 @@ class SelectiveSummaryHistoryStrategy(_SummarizingBase):
     def __init__(self, *, model: Model, selector: Selector, summary_prompt: str,
                  memory_store: SummaryMemory | None = None, history: MessageHistory | None = None) -> None:
         if not callable(selector):
-            raise InvalidInput(f"selector must be a function of (history, ctx), got {selector!r}")
+            raise InvalidInput(f"selector must be a function of (history, ctx), got {shown(selector)}")
         if not isinstance(summary_prompt, str) or not summary_prompt.strip():
-            raise InvalidInput(f"summary_prompt must be a non-empty str, got {summary_prompt!r}")
+            raise InvalidInput(f"summary_prompt must be a non-empty str, got {shown(summary_prompt)}")
         super().__init__(model, memory_store, history)
         self.selector = selector
         self.summary_prompt = summary_prompt
@@ -387,11 +387,11 @@ def _selected_ids(chosen: Any) -> list[str]:
     if chosen is None:
         return []
     if isinstance(chosen, str | bytes | Mapping) or not isinstance(chosen, Iterable):
-        raise InvalidInput(f"a selector returns an iterable of entry ids, got {chosen!r}")
+        raise InvalidInput(f"a selector returns an iterable of entry ids, got {shown(chosen)}")
     ids = list(chosen)
     for entry_id in ids:
         if not isinstance(entry_id, str):
-            raise InvalidInput(f"a selector returns entry ids (str), got {entry_id!r} among {ids!r}")
+            raise InvalidInput(f"a selector returns entry ids (str), got {shown(entry_id)} among {shown(ids)}")
     return ids
 
 

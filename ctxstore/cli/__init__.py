@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from ..errors import shown
 from ._common import ENV_REPO, EXIT_CODES, EXIT_NOT_FOUND, Context, Failure, environment_repo, fail
 
 __all__ = ["COMMANDS", "EXIT_CODES", "cli", "main"]
@@ -74,7 +75,7 @@ def cli(ctx: click.Context, directory: str | None, repo_path: str | None, quiet:
     """
     if directory is not None:
         if not os.path.isdir(directory):
-            fail(f"cannot change to directory {directory!r}: no such directory", EXIT_NOT_FOUND)
+            fail(f"cannot change to directory {shown(directory)}: no such directory", EXIT_NOT_FOUND)
         previous = os.getcwd()
         os.chdir(directory)
         # Restore the caller's directory: in-process callers (tests, the tour) keep running.

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 import click
 
+from ..errors import shown
 from ._common import EXIT_NOT_FOUND, EXIT_USAGE, current_context, emit, fail, reporting, say
 
 if TYPE_CHECKING:
@@ -318,7 +319,7 @@ def compact(ref: str, trigger_tokens: int, keep_recent: int, offline: bool,
         name = repo.ref_name(ref)
         previous = repo.head(name)
         if previous is None:
-            fail(f"no ref named {ref!r} to compact; list refs with `ctxstore refs`", EXIT_NOT_FOUND)
+            fail(f"no ref named {shown(ref)} to compact; list refs with `ctxstore refs`", EXIT_NOT_FOUND)
         inner = summarizing_history_strategy(model=model, trigger_tokens=trigger_tokens,
                                              keep_recent=keep_recent)
         strategy = repository_history_strategy(repo, name, inner)

@@ -6,6 +6,7 @@ import re
 
 import click
 
+from ..errors import shown
 from ._common import EXIT_NOT_FOUND, Context, emit, fail, reporting
 from ._pretty import console, fmt_time, human_size, want_pretty
 
@@ -96,5 +97,5 @@ def grep_(state: Context, pattern: str, specs: tuple[str, ...], ignore_case: boo
     else:
         emit(found)
     if not found:
-        fail(f"no match for {pattern!r}", EXIT_NOT_FOUND)
+        fail(f"no match for {shown(pattern)}", EXIT_NOT_FOUND)
 

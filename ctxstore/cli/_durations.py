@@ -6,6 +6,8 @@ import re
 
 import click
 
+from ..errors import shown
+
 __all__ = ["Duration"]
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -25,6 +27,6 @@ class Duration(click.ParamType[float, object]):
             return 0.0
         match = _FORM.fullmatch(text)
         if match is None:
-            self.fail(f"{value!r} is not a duration; give now, seconds, or a number with s, m, h, d or w "
+            self.fail(f"{shown(value)} is not a duration; give now, seconds, or a number with s, m, h, d or w "
                       "(e.g. 90d)", param, ctx)
         return float(match.group(1)) * _UNITS[match.group(2) or "s"]

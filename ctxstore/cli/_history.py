@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ..errors import UnknownRevision
+from ..errors import UnknownRevision, shown
 from ..format.objects import Entry, Revision, parse_object
 from ..history.entry import MessageHistoryEntry
 from ..ids import from_hex
@@ -190,7 +190,7 @@ def show(state: Context, spec: str, in_ref: str | None, as_json: bool, pretty: b
                 return
         entry = _find_entry(repo, spec, in_ref)
     if entry is None:
-        fail(f"no revision, entry or object named {spec!r}; list revisions with `ctxstore log` "
+        fail(f"no revision, entry or object named {shown(spec)}; list revisions with `ctxstore log` "
              "and entries with `ctxstore render --entries REF`", EXIT_NOT_FOUND)
     ref, found_entry = entry
     if readable:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from ..errors import shown
 from ._common import EXIT_CORRUPT, EXIT_EXISTS, EXIT_NOT_FOUND, current_context, emit, fail, reporting
 from ._durations import Duration
 
@@ -126,7 +127,7 @@ def hub_gc(name: str, prune: float, store: str, blobs: str | None, s3_endpoint: 
 def _existing(repositories: PostgresRepositories, name: str) -> Any:
     repo = repositories.open(name)
     if repo is None:
-        fail(f"no repository {name!r} in the database; `ctxstore hub list` shows them", EXIT_NOT_FOUND)
+        fail(f"no repository {shown(name)} in the database; `ctxstore hub list` shows them", EXIT_NOT_FOUND)
     return repo
 
 
@@ -147,7 +148,7 @@ def token_add(name: str, scope: str, store: str, blobs: str | None, s3_endpoint:
     """
     with database(store, blobs, s3_endpoint) as repositories:
         if any(t.name == name for t in repositories.tokens()):
-            fail(f"a token called {name!r} exists; remove it first (`ctxstore hub token remove {name}`) "
+            fail(f"a token called {shown(name)} exists; remove it first (`ctxstore hub token remove {name}`) "
                  "or choose another name", EXIT_EXISTS)
         made = repositories.add_token(name, scope)
     current_context().tell(f"added {scope} token {name}; it is shown only now, keep it somewhere safe")
@@ -170,7 +171,7 @@ def token_remove(name: str, store: str, blobs: str | None, s3_endpoint: str | No
     """Forget token NAME: every hub refuses it from its next request on. Exits 3 if there is none."""
     with database(store, blobs, s3_endpoint) as repositories:
         if not any(t.name == name for t in repositories.tokens()):
-            fail(f"no token called {name!r}; `ctxstore hub token list` shows them", EXIT_NOT_FOUND)
+            fail(f"no token called {shown(name)}; `ctxstore hub token list` shows them", EXIT_NOT_FOUND)
         repositories.remove_token(name)
     current_context().tell(f"removed token {name}")
     emit({"removed": name})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..errors import shown
 from ..refs import HEADS, REMOTES, TAGS, check_ref_name
 from ._common import EXIT_EXISTS, EXIT_NOT_FOUND, EXIT_USAGE, Context, emit, fail, reporting
 from ._durations import Duration
@@ -186,7 +187,7 @@ def reflog_show(state: Context, ref: str, max_count: int | None) -> None:
     with reporting():
         moves = repo.reflog(ref, max_count)
         if not moves and repo.head(ref) is None:
-            fail(f"no ref named {ref!r} and no reflog for it; list refs with `ctxstore refs`", EXIT_NOT_FOUND)
+            fail(f"no ref named {shown(ref)} and no reflog for it; list refs with `ctxstore refs`", EXIT_NOT_FOUND)
     emit([{"old": m.old, "new": m.new, "time": m.time_ms, "message": m.message} for m in moves])
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..errors import shown
 from ..repo.repository import Repository
 from ._common import (
     DIRNAME,
@@ -72,7 +73,7 @@ def _host_port(text: str) -> tuple[str, int]:
         host, port = "127.0.0.1", text
     host = host.strip("[]") or "127.0.0.1"
     if not port.isdigit() or int(port) > 65535:
-        fail(f"--http wants HOST:PORT (like 127.0.0.1:8765, or :0 for any free port), not {text!r}",
+        fail(f"--http wants HOST:PORT (like 127.0.0.1:8765, or :0 for any free port), not {shown(text)}",
              EXIT_USAGE)
     return host, int(port)
 

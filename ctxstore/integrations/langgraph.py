@@ -64,7 +64,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.base import writes_sort_key as _writes_sort_key
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-from ..errors import CtxStoreError, InvalidInput, NonFastForward
+from ..errors import CtxStoreError, InvalidInput, NonFastForward, shown
 from ..history import MessageHistory, MessageHistoryEntry
 from ..interop.landing import ImportProgress
 from ..repo import CommitResult, Repository
@@ -666,7 +666,7 @@ class CtxStoreSaver(BaseCheckpointSaver[str]):
         The conversations' revisions stay in their refs' lineages; only the checkpoints' names go.
         """
         if strategy not in ("keep_latest", "delete"):
-            raise InvalidInput(f"unknown prune strategy {strategy!r}; expected keep_latest or delete")
+            raise InvalidInput(f"unknown prune strategy {shown(strategy)}; expected keep_latest or delete")
         for thread_id in thread_ids:
             if strategy == "delete":
                 self.delete_thread(thread_id)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 
-from ..errors import InvalidInput, NonFastForward, RefMoved
+from ..errors import InvalidInput, NonFastForward, RefMoved, shown
 from ..history import MessageHistory, MessageHistoryEntry
 from ..history.intake import intake_copy, plain_copy
 from ..repo import CommitResult, Repository
@@ -65,7 +65,7 @@ _FLUSH_ROWS: Final = 20_000
 def session_ref(session_id: str) -> str:
     """The full ref name of a session: `refs/heads/openai-agents/<id>`, the id spelled `x-<hex>` unless plain."""
     if not isinstance(session_id, str) or not session_id:
-        raise InvalidInput(f"a session id is a non-empty string, not {session_id!r}")
+        raise InvalidInput(f"a session id is a non-empty string, not {shown(session_id)}")
     if _PLAIN.fullmatch(session_id) and not session_id.startswith("x-"):
         return PREFIX + session_id
     return PREFIX + "x-" + session_id.encode("utf-8", "surrogatepass").hex()
@@ -254,7 +254,7 @@ class CtxStoreSession:
         """
         target = session_ref(new_session_id)
         if self.repo.head(target) is not None:
-            raise InvalidInput(f"session {new_session_id!r} already exists ({target}); fork into another id")
+            raise InvalidInput(f"session {shown(new_session_id)} already exists ({target}); fork into another id")
         head = self.repo.head(self.ref)
         base = self.repo.history(self.ref if head is None else head)
         self.repo.commit(target, base.fork(), message=f"openai-agents: fork of {self.session_id}")
@@ -303,7 +303,7 @@ def _read_database(path: Path, sessions_table: str, messages_table: str
         raise InvalidInput(f"no such file: {path}; expected {what}")
     for table in (sessions_table, messages_table):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", table):
-            raise InvalidInput(f"table name {table!r} is not a plain SQL name")
+            raise InvalidInput(f"table name {shown(table)} is not a plain SQL name")
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     except sqlite3.Error as exc:
@@ -370,7 +370,7 @@ def _imported(repo: Repository, session_id: str, created_at: str | None, rows: l
         foreign = [i for i in have if not i.startswith(_ROW_IDS)]
         if foreign and not force:
             raise NonFastForward(
-                f"{ref} holds {len(foreign)} item(s) that are not from {source}: session {session_id!r} went on "
+                f"{ref} holds {len(foreign)} item(s) that are not from {source}: session {shown(session_id)} went on "
                 "in ctxstore after it was imported, and importing the database again would take them out of "
                 "its view; import with force (--force) to make the view the database's again (they stay in "
                 "the ref's log)", ref=ref, current=head)

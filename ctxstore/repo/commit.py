@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
-from ..errors import InvalidInput, MissingObject, NonFastForward, RefMoved
+from ..errors import InvalidInput, MissingObject, NonFastForward, RefMoved, shown
 from ..format.objects import Revision, references
 from ..history.entry import collector_paused
 from ..history.message_history import MessageHistory
@@ -121,7 +121,15 @@ def commit_many(store: TransactionalStore, lineage: Lineage, updates: Mapping[st
         raise InvalidInput("no refs to commit")
     for ref, h in updates.items():
         if not isinstance(h, MessageHistory):
-            raise InvalidInput(f"commit takes a MessageHistory for {ref!r}, not {type(h).__name__}")
+            raise InvalidInput(f"commit takes a MessageHistory for {shown(ref)}, not {type(h).__name__}")
+    # A large commit makes a few long-lived objects per record and no cyclic garbage (as an import does):
+    # the collector would scan them all as they accumulate.
+    with collector_paused():
+        return _commit_many(store, lineage, updates, force, message, set_refs)
+
+
+def _commit_many(store: TransactionalStore, lineage: Lineage, updates: Mapping[str, MessageHistory], force: bool,
+                 message: str, set_refs: Mapping[str, ObjectId] | None) -> list[CommitResult]:
     heads = {ref: from_hex(h.revision_id) for ref, h in updates.items()}
     pending: dict[ObjectId, bytes] = {}
     foreign: set[ObjectId] = set()
@@ -138,47 +146,45 @@ def commit_many(store: TransactionalStore, lineage: Lineage, updates: Mapping[st
             foreign.update(oid for oid, _ in made)
     moves: dict[str, tuple[ObjectId | None, ObjectId]] = {}
     walked: dict[str, ObjectId] = {}  # ref -> a head the lineage walk found in that ref's history
-    # A large commit makes a few long-lived objects per record and no cyclic garbage (as an import does).
-    with collector_paused():
-        for _attempt in range(CAS_RETRIES):
-            try:
-                with store.transaction(write=True) as txn:
-                    moves = {}
-                    for ref, head in heads.items():
-                        full = resolve_ref_name(ref, lambda n: txn.get_ref(n) is not None)
-                        if full.startswith(TAGS):
-                            raise InvalidInput(_tag_moves(full))
-                        if full in moves:
-                            raise InvalidInput(f"ref {full} is committed twice in one batch ({ref!r})")
-                        current = txn.get_ref(full)
-                        if not (force or current is None or current == head or walked.get(ref) == current
-                                or lineage.known_descent(head, current, pending)):
-                            raise _Moved(ref, full, current)
-                        moves[full] = (current, head)
-                    _write_objects(txn, pending, foreign, copied)
-                    forced: dict[str, tuple[Expected, ObjectId | None]] = {}
-                    for name, oid in (set_refs or {}).items():
-                        if name in moves:
-                            raise InvalidInput(f"ref {name} is both committed and set in one batch")
-                        forced[name] = (ANY, oid)
-                    apply_updates(txn, {**moves, **forced}, message=message or "commit")
-            except RefMoved:
-                continue  # the store lost a race while it grew its map: nothing was written; check again
-            except _Moved as moved:
-                # Walk the lineage outside the writer's lock, reading the store as needed.
-                if not lineage.descends(updates[moved.ref], moved.current):
-                    base = lineage.base_of(updates[moved.ref])
-                    raise NonFastForward(
-                        f"ref {moved.full} moved to {_short(moved.current)} since you loaded it at {_short(base)}; "
-                        "rebase onto it, commit with rebase=True, or commit with force",
-                        ref=moved.full, current=to_hex(moved.current), expected=hex_or_none(base),
-                    ) from None
-                walked[moved.ref] = moved.current  # the next try accepts this head without walking again
-                continue
-            break
-        else:
-            raise RefMoved(f"refs {', '.join(heads)} kept moving while committing ({CAS_RETRIES} tries); "
-                           "commit again")
+    for _attempt in range(CAS_RETRIES):
+        try:
+            with store.transaction(write=True) as txn:
+                moves = {}
+                for ref, head in heads.items():
+                    full = resolve_ref_name(ref, lambda n: txn.get_ref(n) is not None)
+                    if full.startswith(TAGS):
+                        raise InvalidInput(_tag_moves(full))
+                    if full in moves:
+                        raise InvalidInput(f"ref {full} is committed twice in one batch ({shown(ref)})")
+                    current = txn.get_ref(full)
+                    if not (force or current is None or current == head or walked.get(ref) == current
+                            or lineage.known_descent(head, current, pending)):
+                        raise _Moved(ref, full, current)
+                    moves[full] = (current, head)
+                _write_objects(txn, pending, foreign, copied)
+                forced: dict[str, tuple[Expected, ObjectId | None]] = {}
+                for name, oid in (set_refs or {}).items():
+                    if name in moves:
+                        raise InvalidInput(f"ref {name} is both committed and set in one batch")
+                    forced[name] = (ANY, oid)
+                apply_updates(txn, {**moves, **forced}, message=message or "commit")
+        except RefMoved:
+            continue  # the store lost a race while it grew its map: nothing was written; check again
+        except _Moved as moved:
+            # Walk the lineage outside the writer's lock, reading the store as needed.
+            if not lineage.descends(updates[moved.ref], moved.current):
+                base = lineage.base_of(updates[moved.ref])
+                raise NonFastForward(
+                    f"ref {moved.full} moved to {_short(moved.current)} since you loaded it at {_short(base)}; "
+                    "rebase onto it, commit with rebase=True, or commit with force",
+                    ref=moved.full, current=to_hex(moved.current), expected=hex_or_none(base),
+                ) from None
+            walked[moved.ref] = moved.current  # the next try accepts this head without walking again
+            continue
+        break
+    else:
+        raise RefMoved(f"refs {', '.join(heads)} kept moving while committing ({CAS_RETRIES} tries); "
+                       "commit again")
     for h in updates.values():
         if h.workspace.source is store:
             h.workspace.forget(pending)
@@ -202,7 +208,7 @@ def commit_rebasing(store: TransactionalStore, lineage: Lineage, ref: str, histo
     the ref is still moving: `RefMoved`.
     """
     if type(retries) is not int or retries < 1:
-        raise InvalidInput(f"retries must be a positive whole number, not {retries!r}")
+        raise InvalidInput(f"retries must be a positive whole number, not {shown(retries)}")
     head: ObjectId | None = None
     note = message
     with turn_of(queue):

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Final
 
-from ..errors import DamagedData, InvalidInput, UnknownRef, UnknownSetting
+from ..errors import DamagedData, InvalidInput, UnknownRef, UnknownSetting, shown
 from ..store.base import TransactionalStore
 
 __all__ = ["Config"]
@@ -33,14 +33,14 @@ class Config:
     def set(self, key: str, value: str | None) -> None:
         """Set `key` to a text value; None unsets it."""
         if value is not None and not isinstance(value, str):
-            raise InvalidInput(f"config value for {key!r} must be text, not {type(value).__name__}")
+            raise InvalidInput(f"config value for {shown(key)} must be text, not {type(value).__name__}")
         with self._store.transaction(write=True) as txn:
             txn.set_config(key, None if value is None else value.encode("utf-8"))
 
     def __getitem__(self, key: str) -> str:
         value = self.get(key)
         if value is None:
-            raise UnknownSetting(f"config key {key!r} is not set")
+            raise UnknownSetting(f"config key {shown(key)} is not set")
         return value
 
     def __setitem__(self, key: str, value: str) -> None:
@@ -58,13 +58,13 @@ class Config:
         """
         _check_remote_name(name)
         if not isinstance(url, str) or not url:
-            raise InvalidInput(f"remote {name!r} needs a non-empty URL")
+            raise InvalidInput(f"remote {shown(name)} needs a non-empty URL")
         if "://" not in url:
             url = os.path.abspath(os.path.expanduser(url))
         with self._store.transaction(write=True) as txn:
             names = _names(txn.get_config(_REMOTE_NAMES))
             if name in names:
-                raise InvalidInput(f"remote {name!r} already exists; remove it first or choose another name")
+                raise InvalidInput(f"remote {shown(name)} already exists; remove it first or choose another name")
             txn.set_config(_REMOTE_NAMES, json.dumps(sorted([*names, name])).encode())
             txn.set_config(f"remote.{name}.url", url.encode("utf-8"))
 
@@ -73,7 +73,7 @@ class Config:
         with self._store.transaction(write=True) as txn:
             names = _names(txn.get_config(_REMOTE_NAMES))
             if name not in names:
-                raise UnknownRef(f"no remote named {name!r}; list them with `ctxstore remote`")
+                raise UnknownRef(f"no remote named {shown(name)}; list them with `ctxstore remote`")
             txn.set_config(_REMOTE_NAMES, json.dumps([n for n in names if n != name]).encode())
             txn.set_config(f"remote.{name}.url", None)
 
@@ -93,7 +93,7 @@ def _text(key: str, raw: bytes) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise DamagedData(f"config value {key!r} is not UTF-8 text; set it again with "
+        raise DamagedData(f"config value {shown(key)} is not UTF-8 text; set it again with "
                           "`ctxstore config`") from None
 
 
@@ -112,4 +112,4 @@ def _names(raw: bytes | None) -> list[str]:
 
 def _check_remote_name(name: str) -> None:
     if not isinstance(name, str) or not name or any(c in name for c in "/ \t\n.\\:") or name.startswith("-"):
-        raise InvalidInput(f"invalid remote name {name!r}: use letters, digits, '-' and '_'")
+        raise InvalidInput(f"invalid remote name {shown(name)}: use letters, digits, '-' and '_'")

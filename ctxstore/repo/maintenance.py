@@ -13,7 +13,7 @@ from ..format import seq
 from ..format.objects import Entry, Revision, parse_object, references
 from ..ids import ObjectId, is_oid, object_id, to_hex
 from ..refs import ReflogRecord, reflog_records, rewrite_reflogs, scan_reflogs
-from ..store.base import Transaction, TransactionalStore, maintenance_lock
+from ..store.base import Transaction, TransactionalStore, maintenance_lock, read_layout_problems
 from .lineage import Lineage, read_object
 from .reports import FsckReport, GcReport, RepoStats
 
@@ -85,8 +85,9 @@ def _article(kind: type) -> str:
 
 
 def fsck(store: TransactionalStore, progress: Progress | None = None, *, repair: bool = False) -> FsckReport:
-    """Check every object (hash, canonical form, shape), that refs and reflogs reach only held objects,
-    that each names a revision, and that every reflog record reads.
+    """Check every object (hash, canonical form, shape), how the store keeps them where it can check that
+    (`store.base.read_layout_problems`: an orphaned leaf pack), that refs and reflogs reach only held
+    objects, that each names a revision, and that every reflog record reads.
 
     Objects are listed and then read one by one, so one that is gone when read was deleted meanwhile (gc
     deletes only what nothing reaches) and is not damage; everything refs and reflogs reach is read in
@@ -132,6 +133,7 @@ def fsck(store: TransactionalStore, progress: Progress | None = None, *, repair:
             report.problems.append(f"object {to_hex(oid)}: {fault}")
     if progress is not None:
         progress(total, total)
+    report.problems.extend(read_layout_problems(store))
     marked: set[ObjectId] = set()
     missing: dict[ObjectId, ObjectId | None] = {}
     kinds: dict[ObjectId, type] = {}

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
-from ..errors import CtxStoreError, InvalidInput, NotARepository, RepositoryExists, StoreError, UnknownRevision
+from ..errors import CtxStoreError, InvalidInput, NotARepository, RepositoryExists, StoreError, UnknownRevision, shown
 from ..format.codec import now_ms as _now_ms
 from ..history.entry import MessageHistoryEntry, read_entries
 from ..history.message_history import MessageHistory
@@ -124,7 +124,7 @@ class Repository:
         except OSError as exc:
             raise StoreError(f"cannot read {root / _FORMAT_FILE}: {exc}") from None
         if text != FORMAT:
-            raise NotARepository(f"{root} holds an unknown repository format {text.strip()!r}; "
+            raise NotARepository(f"{root} holds an unknown repository format {shown(text.strip())}; "
                                  "use a ctxstore version that knows it")
         store = LmdbStore(root / _DB_DIR, durable=durable, readonly=readonly, map_size=map_size)
         return cls(store, path=root)
@@ -251,7 +251,7 @@ class Repository:
         also: dict[str, ObjectId] = {}
         for name, revision in (set_refs or {}).items():
             if not name.startswith("refs/"):
-                raise InvalidInput(f"set_refs takes full ref names (refs/...), not {name!r}")
+                raise InvalidInput(f"set_refs takes full ref names (refs/...), not {shown(name)}")
             also[name] = from_hex(revision)
         with _commit.turn_of(self._writers):
             return _commit.commit_many(self.store, self._lineage, updates, force=force, message=message,
@@ -324,8 +324,8 @@ class Repository:
         raw: dict[str, tuple[Expected, ObjectId | None]] = {}
         for name, change in (ref_updates or {}).items():
             if not (isinstance(change, tuple) and len(change) == 2):
-                raise InvalidInput(f"the update of ref {name!r} must be (old, new) hex ids or None, "
-                                   f"not {change!r}")
+                raise InvalidInput(f"the update of ref {shown(name)} must be (old, new) hex ids or None, "
+                                   f"not {shown(change)}")
             old, new = change
             raw[name] = (None if old is None else from_hex(old), None if new is None else from_hex(new))
         return receive.unpack(self.store, stream, raw)
@@ -346,7 +346,7 @@ class Repository:
         What only those records reached is then unreachable: ``gc(grace=0)`` deletes it for good.
         """
         if older_than is not None and (not isinstance(older_than, int | float) or not older_than >= 0):
-            raise InvalidInput(f"older_than must be zero or more seconds, not {older_than!r}")
+            raise InvalidInput(f"older_than must be zero or more seconds, not {shown(older_than)}")
         before = None if older_than is None else self._clock() - int(older_than * 1000)
         return self._refs.expire_reflogs(ref, before_ms=None if before is None else max(before, 0))
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from ..errors import CtxStoreError, InvalidInput, UnknownRevision
+from ..errors import CtxStoreError, InvalidInput, UnknownRevision, shown
 from ..format.objects import Revision
 from ..ids import ObjectId, from_hex, short_hex, to_hex
 from ..refs import Refs
@@ -53,16 +53,16 @@ def is_expression(spec: str) -> bool:
 def parse(spec: str) -> RevSpec:
     """Split a revision spec into its parts; `InvalidInput` names what is malformed."""
     if not isinstance(spec, str) or not spec:
-        raise InvalidInput(f"not a ref or revision: {spec!r}; give a ref name, a revision id or REF~N")
+        raise InvalidInput(f"not a ref or revision: {shown(spec)}; give a ref name, a revision id or REF~N")
     cut = min((i for i in (spec.find("~"), spec.find("^"), spec.find("@{")) if i >= 0), default=len(spec))
     base, rest = spec[:cut], spec[cut:]
     if not base:
-        raise InvalidInput(f"{spec!r} names no ref or revision before {rest[0]!r}; write it as REF{rest}")
+        raise InvalidInput(f"{shown(spec)} names no ref or revision before {shown(rest[0])}; write it as REF{rest}")
     reflog: int | None = None
     if rest.startswith("@{"):
         entry = _REFLOG.match(rest)
         if entry is None:
-            raise InvalidInput(f"{spec!r}: @{{...}} takes a reflog entry number, like {base}@{{1}}")
+            raise InvalidInput(f"{shown(spec)}: @{{...}} takes a reflog entry number, like {base}@{{1}}")
         reflog = int(entry.group(1))
         rest = rest[entry.end():]
     parents = 0
@@ -70,12 +70,12 @@ def parse(spec: str) -> RevSpec:
     while pos < len(rest):
         step = _STEP.match(rest, pos)
         if step is None:
-            raise InvalidInput(f"{spec!r}: cannot read {rest[pos:]!r}; steps are ~N (N parents back) "
+            raise InvalidInput(f"{shown(spec)}: cannot read {shown(rest[pos:])}; steps are ~N (N parents back) "
                                "and ^ (one parent back)")
         kind, digits = step.groups()
         count = int(digits) if digits else 1
         if kind == "^" and count > 1:
-            raise InvalidInput(f"{spec!r}: a revision has one parent, so ^{count} names nothing; "
+            raise InvalidInput(f"{shown(spec)}: a revision has one parent, so ^{count} names nothing; "
                                f"use ~{count} for {count} parents back")
         parents += count
         pos = step.end()
@@ -92,7 +92,7 @@ def resolve(store: TransactionalStore, refs: Refs, lineage: Lineage, spec: str) 
     for step in range(parsed.parents):
         parent = lineage.parent(oid)
         if parent is None:
-            raise UnknownRevision(f"{spec!r}: {parsed.base} has only {step} ancestor(s), not {parsed.parents}; "
+            raise UnknownRevision(f"{shown(spec)}: {parsed.base} has only {step} ancestor(s), not {parsed.parents}; "
                                   f"see them with `ctxstore log {parsed.base}`")
         oid = parent
     return oid
@@ -104,13 +104,13 @@ def _reflog_entry(refs: Refs, name: str, n: int, spec: str) -> ObjectId:
     except CtxStoreError:
         records = []
     if not records:
-        raise UnknownRevision(f"{spec!r}: {name} has no reflog; list refs with `ctxstore refs`")
+        raise UnknownRevision(f"{shown(spec)}: {name} has no reflog; list refs with `ctxstore refs`")
     if len(records) <= n:
-        raise UnknownRevision(f"{spec!r}: the reflog of {name} has only {len(records)} entries "
+        raise UnknownRevision(f"{shown(spec)}: the reflog of {name} has only {len(records)} entries "
                               f"(@{{0}} to @{{{len(records) - 1}}}); see `ctxstore reflog {name}`")
     new = records[n].new
     if new is None:
-        raise UnknownRevision(f"{spec!r}: at that entry {name} was deleted; see `ctxstore reflog {name}`")
+        raise UnknownRevision(f"{shown(spec)}: at that entry {name} was deleted; see `ctxstore reflog {name}`")
     return new
 
 
@@ -134,9 +134,9 @@ def _base(store: TransactionalStore, refs: Refs, lineage: Lineage, name: str, sp
         if len(revisions) == 1:
             return revisions[0]
         if len(revisions) > 1:
-            shown = ", ".join(short_hex(oid) for oid in sorted(revisions)[:4])
-            raise UnknownRevision(f"revision prefix {name!r} is ambiguous ({len(revisions)} revisions match: "
-                                  f"{shown}{', ...' if len(revisions) > 4 else ''}); give more digits")
-    within = f" (in {spec!r})" if spec != name else ""
-    raise UnknownRevision(f"no ref or revision named {name!r}{within}; list refs with `ctxstore refs` "
+            listed = ", ".join(short_hex(oid) for oid in sorted(revisions)[:4])
+            raise UnknownRevision(f"revision prefix {shown(name)} is ambiguous ({len(revisions)} revisions match: "
+                                  f"{listed}{', ...' if len(revisions) > 4 else ''}); give more digits")
+    within = f" (in {shown(spec)})" if spec != name else ""
+    raise UnknownRevision(f"no ref or revision named {shown(name)}{within}; list refs with `ctxstore refs` "
                           "and revisions with `ctxstore log`")

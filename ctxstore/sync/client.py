@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidInput, NonFastForward, RemoteError, UnknownRef
+from ..errors import InvalidInput, NonFastForward, RemoteError, UnknownRef, shown
 from ..history.message_history import MessageHistory
 from ..ids import HexId, ObjectId, from_hex, to_hex
 from ..pack.plan import is_ancestor, pack
@@ -152,7 +152,7 @@ def _connect(repo: Repository, remote: str, token: str | None,
         return
     urls = repo.remotes()
     if remote not in urls:
-        raise UnknownRef(f"no remote named {remote!r}; add it with `ctxstore remote add {remote} URL`")
+        raise UnknownRef(f"no remote named {shown(remote)}; add it with `ctxstore remote add {remote} URL`")
     opened = open_transport(urls[remote], token=token)
     try:
         yield opened
@@ -162,7 +162,7 @@ def _connect(repo: Repository, remote: str, token: str | None,
 
 def _check_remote_name(remote: str) -> None:
     if not isinstance(remote, str) or not remote or "/" in remote or remote.startswith("."):
-        raise InvalidInput(f"invalid remote name {remote!r}; use a name like origin or hub")
+        raise InvalidInput(f"invalid remote name {shown(remote)}; use a name like origin or hub")
 
 
 def _raw_refs(refs: Mapping[str, HexId]) -> dict[str, ObjectId]:
@@ -296,7 +296,7 @@ def _lease(ref: str, value: str | None) -> HexId | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise InvalidInput(f"the lease on {ref} must be a hex revision id or None, not {value!r}")
+        raise InvalidInput(f"the lease on {ref} must be a hex revision id or None, not {shown(value)}")
     return to_hex(from_hex(value))
 
 
@@ -364,7 +364,7 @@ def push(repo: Repository, remote: str = "origin", refs: Sequence[str] | None = 
             local_refs.set_many_if_equals(tracking, message=f"push {remote}")
     objects = answer.get("objects", 0)
     if type(objects) is not int:
-        raise RemoteError(f"{conn.url} answered the push with a malformed result: objects {objects!r}")
+        raise RemoteError(f"{conn.url} answered the push with a malformed result: objects {shown(objects)}")
     if progress is not None:
         progress("sent", meter.objects or objects, meter.bytes)
     return PushResult(remote, {u.ref: u.new for u in updates}, objects, meter.bytes)
@@ -398,7 +398,7 @@ def remote_url(url: str, *, base: str | os.PathLike[str] | None = None) -> str:
     URLs with a scheme (``http://``, ``ssh://``, ``file://``) are kept as they are.
     """
     if not isinstance(url, str) or not url:
-        raise InvalidInput(f"a remote URL must be a non-empty string, not {url!r}")
+        raise InvalidInput(f"a remote URL must be a non-empty string, not {shown(url)}")
     if "://" in url:
         return url
     path = Path(base or os.getcwd(), os.path.expanduser(url)).absolute()

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import httpx2
 
-from ..errors import AuthError, CtxStoreError, InvalidInput, NotARepository, RemoteError, SyncError
+from ..errors import AuthError, CtxStoreError, InvalidInput, NotARepository, RemoteError, SyncError, shown
 from ..ids import HexId
 from .protocol import (
     Advertisement,
@@ -112,7 +112,7 @@ class HttpTransport:
                                                  headers={"Content-Type": CONTENT_TYPE} if content else None)
             return self._client.send(request, stream=True)
         except httpx2.InvalidURL as exc:
-            raise InvalidInput(f"not a hub URL: {self.url!r} ({exc})") from None
+            raise InvalidInput(f"not a hub URL: {shown(self.url)} ({exc})") from None
         except httpx2.HTTPError as exc:
             raise RemoteError(f"cannot reach {self.url}: {exc}") from None
 

@@ -28,6 +28,7 @@ from ..errors import (
     NotARepository,
     RemoteError,
     UnknownRef,
+    shown,
 )
 from ..format import codec
 from ..ids import OID_SIZE, HexId, ObjectId, from_hex, to_hex
@@ -346,11 +347,11 @@ class RefUpdate:
             raise InvalidInput("a ref update must be a map")
         name = value.get("ref")
         if not isinstance(name, str):
-            raise InvalidInput(f"a ref update names its ref as text, not {name!r}")
+            raise InvalidInput(f"a ref update names its ref as text, not {shown(name)}")
         ref = check_ref_name(name)
         mode = value.get("mode")
         if mode not in _MODES:
-            raise InvalidInput(f"ref update mode must be one of {_MODES}, not {mode!r}")
+            raise InvalidInput(f"ref update mode must be one of {_MODES}, not {shown(mode)}")
         old = None if value.get("old") is None else to_hex(_oid(value["old"], "old"))
         new = None if value.get("new") is None else to_hex(_oid(value["new"], "new"))
         return cls(ref, old, new, mode)
@@ -476,7 +477,7 @@ def serve_stream(service: Service, rfile: ByteReader, wfile: BinaryIO) -> None:
                     send(encode_error(exc))
                     return
             else:
-                raise InvalidInput(f"unknown request {op!r}; this server knows refs, fetch and push")
+                raise InvalidInput(f"unknown request {shown(op)}; this server knows refs, fetch and push")
         except CtxStoreError as exc:
             send(encode_error(exc))
             if op == "push":

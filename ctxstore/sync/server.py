@@ -48,6 +48,7 @@ from ..errors import (
     RefError,
     RemoteError,
     RepositoryExists,
+    shown,
 )
 from ..repo.repository import Repository
 from ..store.base import check_repository_name
@@ -205,10 +206,10 @@ class RepositoryDirectory:
         check_repository_name(name)
         target = self._target(name)
         if target is None:
-            raise InvalidInput(f"cannot create {name!r} here: {self.root} is a single repository")
+            raise InvalidInput(f"cannot create {shown(name)} here: {self.root} is a single repository")
         inside = next((p for p in target.parents if p.is_relative_to(self.root) and (p / "format").is_file()), None)
         if inside is not None:
-            raise InvalidInput(f"cannot create {name!r}: {inside.relative_to(self.root).as_posix()} is a "
+            raise InvalidInput(f"cannot create {shown(name)}: {inside.relative_to(self.root).as_posix()} is a "
                                "repository, and repositories do not nest")
         with self._lock:
             repo = Repository.init(target)
@@ -501,7 +502,7 @@ class _Hub:
             return await self._admin(request, parts[1:])
         op = parts.pop() if parts else ""
         if op not in _OPS or request.method != ("GET" if op == "refs" else "POST"):
-            return _error(404, InvalidInput(f"no such endpoint {request.url.path!r}; a hub serves "
+            return _error(404, InvalidInput(f"no such endpoint {shown(request.url.path)}; a hub serves "
                                             "<repo>/refs, <repo>/fetch and <repo>/push"))
         settings = self.settings
         try:
@@ -535,7 +536,7 @@ class _Hub:
         JSON both ways, for operators' scripts, and admin scope for both."""
         if parts != ["repositories"] or request.method not in ("GET", "POST"):
             return _json(404, encode_error(InvalidInput(
-                f"no such endpoint {request.url.path!r}; the admin endpoint is /{_ADMIN}/repositories")))
+                f"no such endpoint {shown(request.url.path)}; the admin endpoint is /{_ADMIN}/repositories")))
         try:
             await self._check_scope(request, "admin", "listing or creating repositories")
             if request.method == "GET":

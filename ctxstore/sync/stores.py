@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import InvalidInput, NotARepository, UnknownSetting
+from ..errors import InvalidInput, NotARepository, UnknownSetting, shown
 from ..repo.repository import Repository
 from ..store.postgres import PostgresDatabase, StoredToken
 from .server import SCOPES, Scope, Token, token_digest
@@ -32,10 +32,10 @@ def check_store_url(url: str) -> str:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (a port that is not a number raises here)
     except ValueError as exc:
-        raise InvalidInput(f"not a PostgreSQL URL: {redacted_url(url)!r} ({exc})") from None
+        raise InvalidInput(f"not a PostgreSQL URL: {shown(redacted_url(url))} ({exc})") from None
     if parts.scheme not in _SCHEMES or not parts.path.strip("/"):
         raise InvalidInput(f"--store wants a PostgreSQL URL like postgresql://user@host:5432/dbname, "
-                           f"not {redacted_url(url)!r}")
+                           f"not {shown(redacted_url(url))}")
     return url
 
 
@@ -75,7 +75,7 @@ class PostgresRepositories:
         bucket = None
         if blobs is not None:
             if not blobs.startswith("s3://"):
-                raise InvalidInput(f"--blobs wants an S3 URL like s3://bucket/prefix, not {blobs!r}")
+                raise InvalidInput(f"--blobs wants an S3 URL like s3://bucket/prefix, not {shown(blobs)}")
             from ..store.s3 import S3Bucket
 
             bucket = S3Bucket(blobs, endpoint_url=s3_endpoint)
@@ -113,10 +113,10 @@ class PostgresRepositories:
     def add_token(self, name: str, scope: str) -> NewToken:
         """Make a token called `name` with `scope` and keep its digest; `InvalidInput` if the name is taken."""
         if not name or not name.isprintable() or len(name) > 100:
-            raise InvalidInput(f"a token name is printable text of 1 to 100 characters, not {name!r}")
+            raise InvalidInput(f"a token name is printable text of 1 to 100 characters, not {shown(name)}")
         checked = _scope(scope)
         if any(t.name == name for t in self.database.tokens()):
-            raise InvalidInput(f"a token called {name!r} exists; remove it first "
+            raise InvalidInput(f"a token called {shown(name)} exists; remove it first "
                                f"(`ctxstore hub token remove {name}`) or choose another name")
         secret = secrets.token_urlsafe(32)
         self.database.set_token(name, checked, token_digest(secret))
@@ -125,7 +125,7 @@ class PostgresRepositories:
     def remove_token(self, name: str) -> None:
         """Forget token `name`: hubs refuse it from their next request on; `UnknownSetting` if there is none."""
         if not self.database.delete_token(name):
-            raise UnknownSetting(f"no token called {name!r}; `ctxstore hub token list` shows them")
+            raise UnknownSetting(f"no token called {shown(name)}; `ctxstore hub token list` shows them")
 
     def close(self) -> None:
         self.database.close()
@@ -141,4 +141,4 @@ def _scope(scope: str) -> Scope:
     for known in SCOPES:
         if scope == known:
             return known
-    raise InvalidInput(f"a token's scope is one of {', '.join(SCOPES)}, not {scope!r}")
+    raise InvalidInput(f"a token's scope is one of {', '.join(SCOPES)}, not {shown(scope)}")

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 from urllib.parse import SplitResult, unquote, urlsplit
 
-from ..errors import InvalidInput, RemoteError, SyncError
+from ..errors import InvalidInput, RemoteError, SyncError, shown
 from ..ids import HexId
 from ..repo.repository import Repository
 from .protocol import (
@@ -88,10 +88,10 @@ class StdioTransport:
         try:
             self._proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         except OSError as exc:
-            raise SyncError(f"cannot start {argv[0]!r} to reach {self.url}: {exc}") from None
+            raise SyncError(f"cannot start {shown(argv[0])} to reach {self.url}: {exc}") from None
         # Popen with both pipes requested always makes them; the check only narrows their type.
         if self._proc.stdin is None or self._proc.stdout is None:
-            raise SyncError(f"cannot talk to {argv[0]!r}: it was started without pipes")
+            raise SyncError(f"cannot talk to {shown(argv[0])}: it was started without pipes")
         self._in = self._proc.stdin
         self._out = self._proc.stdout
         self._advert: Advertisement | None = None
@@ -148,9 +148,9 @@ def ssh_command(url: str) -> list[str]:
     try:
         port = parts.port
     except ValueError:
-        raise InvalidInput(f"not an ssh remote URL: {url!r}; its port must be a number") from None
+        raise InvalidInput(f"not an ssh remote URL: {shown(url)}; its port must be a number") from None
     if not parts.hostname or not parts.path:
-        raise InvalidInput(f"not an ssh remote URL: {url!r}; write ssh://[user@]host[:port]/path")
+        raise InvalidInput(f"not an ssh remote URL: {shown(url)}; write ssh://[user@]host[:port]/path")
     argv = ["ssh"]
     if port:
         argv += ["-p", str(port)]
@@ -167,13 +167,13 @@ def _split(url: str) -> SplitResult:
     try:
         return urlsplit(url)
     except ValueError as exc:  # an unclosed [ipv6] host, for one
-        raise InvalidInput(f"not a remote URL: {url!r} ({exc})") from None
+        raise InvalidInput(f"not a remote URL: {shown(url)} ({exc})") from None
 
 
 def open_transport(url: str, *, token: str | None = None, timeout: float = 300.0) -> Transport:
     """A transport for a remote URL: http(s), ssh, file:// or a plain path."""
     if not isinstance(url, str) or not url:
-        raise InvalidInput(f"a remote URL must be a non-empty string, not {url!r}")
+        raise InvalidInput(f"a remote URL must be a non-empty string, not {shown(url)}")
     scheme = _split(url).scheme.lower()
     if scheme in ("http", "https"):
         from .http import HttpTransport
@@ -184,6 +184,6 @@ def open_transport(url: str, *, token: str | None = None, timeout: float = 300.0
     if scheme == "file":
         return LocalTransport(unquote(urlsplit(url).path))
     if scheme and len(scheme) > 1:
-        raise InvalidInput(f"unknown remote URL scheme {scheme!r} in {url!r}; "
+        raise InvalidInput(f"unknown remote URL scheme {shown(scheme)} in {shown(url)}; "
                            "use http(s)://, ssh:// or a path")
     return LocalTransport(url)
