@@ -24,7 +24,7 @@ from ctxstore.ids import ObjectId, object_id
 from ctxstore.store import lmdb as lmdb_store
 from ctxstore.store import packs
 from ctxstore.store import records as rec
-from ctxstore.store.base import WriteSet, read_leaves
+from ctxstore.store.base import LayoutSource, WriteSet, read_layout_problems, read_leaves
 from ctxstore.store.lmdb import LmdbStore
 from ctxstore.store.memory import MemoryStore
 
@@ -511,3 +511,97 @@ def test_a_head_just_written_loads_from_the_revision_cache_as_its_bytes_would(tm
             assert encode_object(rev)[1] == data and levels == seq.spine_bytes(parse_object(data), data)
             history = MessageHistory(source=store, head=history.revision_id)  # loads from the cache
         assert history.render() == [_chat(n) for n in range(60)]
+
+
+# -- fsck: packs that nothing points at ------------------------------------------------------------------
+
+def _packs_held(store: LmdbStore) -> dict[bytes, bytes]:
+    env = store.environment
+    with env.env.begin() as txn:
+        return {bytes(key): bytes(value) for key, value in txn.cursor(db=env.dbs[rec.PACKS])}
+
+
+def _put_pack(store: LmdbStore, key: bytes, record: bytes) -> None:
+    env = store.environment
+    with env.env.begin(write=True) as txn:
+        txn.put(key, record, db=env.dbs[rec.PACKS])
+
+
+def test_a_store_whose_packs_all_have_their_markers_has_no_layout_problems(tmp_path: Path) -> None:
+    with Repository.init(tmp_path / "r", durable=False) as repo:
+        repo.commit("main", repo.history("main").extend([_chat(n) for n in range(200)]))
+        store = repo.store
+        assert isinstance(store, LmdbStore)
+        held = _packs_held(store)
+        assert held  # the check below walks real packs, each under a leaf's marker
+        with store.environment.env.begin() as txn:
+            markers = {key: txn.get(key, db=store.environment.dbs[rec.OBJECTS]) for key in held}
+        assert all(m is not None and rec.record_value(m)[0] == packs.LEAF_PACK for m in markers.values())
+        assert store.layout_problems() == []
+        assert read_layout_problems(store) == []
+        report = repo.fsck()
+        assert report.ok and report.problems == []
+
+
+def test_fsck_names_a_pack_under_no_object_and_one_under_an_object_not_stored_packed(tmp_path: Path) -> None:
+    messages = [_chat(n) for n in range(200)]
+    with Repository.init(tmp_path / "r", durable=False) as repo:
+        repo.commit("main", repo.history("main").extend(messages))
+        store = repo.store
+        assert isinstance(store, LmdbStore)
+        everything = sorted(store)
+        before = {oid: store.get(oid) for oid in everything}
+        head = ObjectId(bytes.fromhex(repo.history("main").revision_id))
+        assert _value(store, head)[0] != packs.LEAF_PACK
+        some_pack = next(iter(_packs_held(store).values()))
+        nowhere = bytes(range(rec.KEY_SIZE))  # no object's id starts with these bytes
+        with store.environment.env.begin() as txn:
+            assert txn.get(nowhere, db=store.environment.dbs[rec.OBJECTS]) is None
+        _put_pack(store, nowhere, some_pack)
+        _put_pack(store, rec.object_key(head), some_pack)
+
+        problems = store.layout_problems()
+        assert len(problems) == 2
+        (under_nothing,) = [p for p in problems if nowhere.hex() in p]
+        (under_head,) = [p for p in problems if rec.object_key(head).hex() in p]
+        assert "no object" in under_nothing
+        assert head.hex() in under_head and "not stored packed" in under_head
+        assert all("orphaned" in p for p in problems)
+        assert read_layout_problems(store) == problems
+
+        report = repo.fsck()
+        assert not report.ok
+        assert report.problems == problems  # each once, and nothing else reported
+        # No object here points into an orphaned pack: every object and the render are as before.
+        lmdb_store._PACKS.clear()
+        assert sorted(store) == everything
+        assert {oid: store.get(oid) for oid in everything} == before
+        assert store.get_many(everything) == [before[oid] for oid in everything]
+        assert repo.history("main").render() == messages
+
+
+def test_fsck_says_an_orphaned_pack_under_a_leaf_stored_whole_is_what_refuses_its_view(tmp_path: Path) -> None:
+    """A read of whole views looks a leaf's pack up by its key alone: a pack there that is another leaf's
+    makes that read refuse the leaf, which no object's `get` shows, so the line says so."""
+    entry = encode_object(Entry(id="i" * 70_000, kind="turn", message={"role": "user", "content": "x"}))[1]
+    whole = encode_object(SeqNode(level=0, items=[["i" * 70_000, object_id(entry)]] * 64))[1]
+    with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
+        store.put_many([(object_id(entry), entry), (object_id(whole), whole)])
+        store.put_many(MessageHistory().extend([_chat(n) for n in range(200)]).workspace.pending())
+        assert _value(store, object_id(whole))[0] != packs.LEAF_PACK
+        assert store.layout_problems() == []
+        _put_pack(store, rec.object_key(object_id(whole)), next(iter(_packs_held(store).values())))
+        lmdb_store._PACKS.clear()
+        assert store.get(object_id(whole)) == whole
+        with pytest.raises(DamagedData):
+            read_leaves(store, [object_id(whole)])
+        (line,) = store.layout_problems()
+        assert rec.object_key(object_id(whole)).hex() in line and "a whole view" in line
+
+
+def test_a_store_with_no_layout_check_has_no_layout_problems() -> None:
+    store = MemoryStore()
+    store.put_many(MessageHistory().extend([_chat(n) for n in range(100)]).workspace.pending())
+    assert not isinstance(store, LayoutSource)
+    assert read_layout_problems(store) == []
+    assert issubclass(LmdbStore, LayoutSource)

@@ -29,6 +29,7 @@ __all__ = [
     "MAX_KEY_BYTES",
     "BatchWrites",
     "HeaderSource",
+    "LayoutSource",
     "LeafSource",
     "ObjectSource",
     "ObjectStore",
@@ -43,6 +44,7 @@ __all__ = [
     "check_repository_name",
     "maintenance_lock",
     "read_cached_revision",
+    "read_layout_problems",
     "read_leaves",
     "read_revision_header",
     "read_stored_append",
@@ -91,6 +93,29 @@ def read_revision_header(source: ObjectSource, oid: ObjectId) -> tuple[ObjectId 
     if header is not None:
         return header(oid)
     return objects.revision_header(source.get(oid))
+
+
+@runtime_checkable
+class LayoutSource(Protocol):
+    """The optional check of how the store keeps its objects: what fsck needs beyond reading each object.
+
+    A source that has it (`LmdbStore`) looks at the records it keeps besides each object's own and
+    reports what reading every object cannot see: no object's `get` goes through a leaf pack whose leaf
+    is not stored packed (docs/storage.md, *Leaf packs*), so none fails for it. Callers go through
+    `read_layout_problems`, which gives no problems for a source without it.
+    """
+
+    def layout_problems(self) -> list[str]:
+        """Problems in how the store keeps its objects that reading each object cannot see, one line
+        each; empty when there are none."""
+        ...
+
+
+def read_layout_problems(store: ObjectSource) -> list[str]:
+    """The store's layout problems, where it can check its layout (`LayoutSource`), else none: a store
+    that keeps each object in one record of its own has nothing beyond them to check."""
+    problems: Callable[[], list[str]] | None = getattr(store, "layout_problems", None)
+    return problems() if problems is not None else []
 
 
 class RevisionSource(Protocol):

@@ -378,6 +378,39 @@ class _Records:
         """Bytes the packs of packed leaves occupy (their records in ``packs``)."""
         return sum(len(record) for _key, record in self._t.cursor(db=self._dbs[rec.PACKS]))
 
+    def orphan_packs(self) -> list[str]:
+        """One line for each record in ``packs`` whose key holds no leaf-pack marker in ``objs`` (no record
+        there, or one whose stored value is not `packs.LEAF_PACK`). One lookup in ``objs`` per pack; the
+        packs' values are not read, and the object under a pack's key is read only when it is not a marker.
+
+        Nothing the store writes leaves one (gc deletes a pack with its marker), so it is damage. Objects
+        whose pointers still name it read from it (each checked against its id), and a read of whole views
+        (`get_leaves`) finds a leaf's pack by its key alone, so one under a leaf stored whole is taken for
+        that leaf's pack and refused unless it is sealed for that leaf. The line says which."""
+        get, objs = self._t.get, self._dbs[rec.OBJECTS]
+        found: list[str] = []
+        for key in self._t.cursor(db=self._dbs[rec.PACKS]).iternext(keys=True, values=False):
+            key = bytes(key)
+            held = get(key, db=objs) if len(key) == rec.KEY_SIZE else None
+            if held is None:
+                found.append(f"leaf pack {key.hex()} is orphaned: no object has a record under its key in "
+                             "`objs` (objects that still point into it read from it)")
+                continue
+            value = rec.record_value(held)
+            if value[:1] == _PACK_CODEC:
+                continue
+            oid = rec.record_id(key, held)
+            what = f"object {to_hex(oid)} under its key is not stored packed (" + (
+                f"codec byte 0x{value[0]:02x}, not 0x{packs.LEAF_PACK:02x})" if value else "an empty value)")
+            try:
+                leaf = seq.is_leaf_bytes(self.canonical(oid, value))
+            except CtxStoreError:
+                leaf = False  # the object is damaged: reading it reports that
+            found.append(f"leaf pack {key.hex()} is orphaned: {what}" + (
+                "; reading a whole view that holds that leaf refuses the pack unless it is sealed for it"
+                if leaf else " (objects that still point into it read from it)"))
+        return found
+
     def ids_after(self, after: bytes, limit: int) -> list[ObjectId]:
         """Up to `limit` object ids whose keys come after key `after` (b"": from the first), in key order."""
         cursor = self._t.cursor(db=self._dbs[rec.OBJECTS])
@@ -1052,6 +1085,14 @@ class LmdbStore(BatchWrites):
             file_bytes = self.environment.file_bytes()
         return StoreStats(objects=objects, object_bytes=object_bytes, stored_bytes=stored_bytes,
                           file_bytes=file_bytes)
+
+    def layout_problems(self) -> list[str]:
+        """Problems in how the store keeps its objects that reading each object cannot see (`LayoutSource`),
+        under one read transaction: each leaf pack in ``packs`` whose key holds no leaf-pack marker in
+        ``objs`` (docs/storage.md, *Leaf packs*). A marker without its pack, or a pointer into a missing
+        pack, fails the read of its object and is reported there."""
+        with self._reading() as records:
+            return records.orphan_packs()
 
     def map_size(self) -> int:
         """The current size of this process's map of the store, in bytes."""
