@@ -421,3 +421,13 @@ def test_compress_many_frames_each_value_as_compress_would_read_back(values: lis
         assert decompress(one, dictionaries={9: _DICTIONARY}) == value
         assert len(one) <= len(value) + 1
         assert (one[0] == codec.RAW) == (compress(value, **options)[0] == codec.RAW)
+
+
+def test_compress_many_frames_one_at_a_time_where_zstd_has_no_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cffi backend has no `multi_compress_to_buffer`: there the values are framed one by one, the
+    same frames."""
+    values = [_SAMPLES[n % len(_SAMPLES)] * (1 + n % 3) for n in range(2 * codec.PARALLEL_AT)]
+    threaded = codec.compress_many(values, dictionary=_DICTIONARY, dict_id=9)
+    monkeypatch.setattr(codec.zstandard, "backend", "cffi")
+    assert codec.compress_many(values, dictionary=_DICTIONARY, dict_id=9) == threaded
+    assert threaded == [compress(v, dictionary=_DICTIONARY, dict_id=9) for v in values]

@@ -930,3 +930,33 @@ def test_a_loaded_head_with_a_large_operation_reads_it_again_when_needed(bulk: i
     mine = loaded.append(user("mine"))
     theirs = MessageHistory(source=store, head=made.revision_id).append(user("theirs"))
     assert [m["content"] for m in mine.rebase_onto(theirs).render()][-2:] == ["theirs", "mine"]
+
+
+def test_collector_pauses_in_many_threads_leave_the_collector_as_it_was() -> None:
+    """`collector_paused` nests and overlaps across threads: however their pauses interleave (a switch
+    interval of a microsecond), the collector runs again once the last ends, and stays off if it was off."""
+    import gc
+    import sys
+    import threading
+
+    from ctxstore.history.entry import collector_paused
+
+    def pause(n: int) -> None:
+        for _ in range(n):
+            with collector_paused(), collector_paused():
+                pass
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            threads = [threading.Thread(target=pause, args=(5_000,)) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert gc.isenabled() is enabled
+    finally:
+        sys.setswitchinterval(interval)
+        gc.enable()

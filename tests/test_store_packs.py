@@ -605,3 +605,20 @@ def test_a_store_with_no_layout_check_has_no_layout_problems() -> None:
     assert not isinstance(store, LayoutSource)
     assert read_layout_problems(store) == []
     assert issubclass(LmdbStore, LayoutSource)
+
+
+def test_a_bulk_import_framed_in_many_small_batches_stores_the_same(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Packs are framed in batches bounded by count and bytes (`_FRAME_BATCH`, `_FRAME_BYTES`): any cut
+    of the batches stores the same packs."""
+    history = MessageHistory().extend([_chat(n) for n in range(600)])
+    stored = {}
+    for case, batch, size in (("one batch", 10_000, 1 << 40), ("a pack each", 1, 1), ("by bytes", 10_000, 20_000)):
+        monkeypatch.setattr(lmdb_store, "_FRAME_BATCH", batch)
+        monkeypatch.setattr(lmdb_store, "_FRAME_BYTES", size)
+        with LmdbStore(tmp_path / case, durable=False, auto_dictionary=False) as store:
+            store.put_many(history.workspace.pending())
+            stored[case] = _packs_held(store)
+            lmdb_store._PACKS.clear()
+            assert MessageHistory(source=store, head=history.revision_id).render() == [_chat(n) for n in range(600)]
+    assert stored["one batch"] and stored["one batch"] == stored["a pack each"] == stored["by bytes"]

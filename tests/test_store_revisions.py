@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ctxstore import MessageHistory
 from ctxstore.errors import CtxStoreError, DamagedData
-from ctxstore.format import codec
+from ctxstore.format import codec, seq
 from ctxstore.format.objects import Entry, Revision, parse_object
 from ctxstore.ids import ObjectId, from_hex, object_id
 from ctxstore.store import lmdb as lmdb_store
@@ -281,3 +281,24 @@ def test_bytes_other_than_the_vouched_ones_take_the_full_check(tmp_path: Path) -
         _forget_cache()
         with pytest.raises(DamagedData):
             store.get(one_oid)
+
+
+def test_a_revision_cached_with_its_bytes_stays_paired_with_them() -> None:
+    """`RevisionCache.with_levels` gives the revision that was put with the checked bytes, even after
+    `get`'s entry for that id was replaced by another put (a chain rebuilt before its check)."""
+    history = MessageHistory()
+    for n in range(3):
+        history = history.append({"role": "user", "content": f"m{n}"})
+    ws = history.workspace
+    head = ObjectId(bytes.fromhex(history.revision_id))
+    rev = ws.revision(head)
+    data = dict(ws.pending())[head]
+    cache = revisions.RevisionCache()
+    assert cache.with_levels(head) is None
+    levels = seq.spine_bytes(rev, data)
+    assert levels is not None
+    cache.put(head, rev, (data, levels))
+    other = ws.revision(rev.parent)  # any other revision
+    cache.put(head, other)  # no bytes: replaces what `get` holds, not what was kept with the bytes
+    assert cache.get(head) is other
+    assert cache.with_levels(head) == (rev, levels) and cache.encoded(head) == (data, levels)

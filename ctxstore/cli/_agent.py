@@ -3,7 +3,6 @@
 The commands are in `AGENT_COMMANDS`; the main group names each in `ctxstore.cli.COMMANDS`. They find
 the repository the way every other command does (`--repo`, `CTXSTORE_DIR`, or `.ctxstore` in the
 current directory or a parent).
-`python -m ctxstore.cli._agent [--repo PATH] chat|compact ...` runs them on their own.
 
 A model is Anthropic's API (`anthropic_model`, which needs `ANTHROPIC_API_KEY`) or, with `--offline`,
 the deterministic offline model: no key, no network. The agent layer (asyncio, the SDK) is imported

@@ -302,8 +302,8 @@ def compress_many(values: list[bytes], *, level: int = 3, dictionary: zstandard.
     on every core, by zstd's threads outside the interpreter's lock. The frames are the same kind
     `compress` makes (content size, no dictionary id), so `decompress` reads either."""
     frame = compressor(level=level, dictionary=dictionary, dict_id=dict_id)
-    if len(values) < PARALLEL_AT or (os.cpu_count() or 1) < 2:
-        return [frame(value) for value in values]
+    if len(values) < PARALLEL_AT or (os.cpu_count() or 1) < 2 or zstandard.backend != "cext":
+        return [frame(value) for value in values]  # (the cffi backend has no multi_compress_to_buffer)
     head = bytes([ZSTD_DICT]) + dict_id.to_bytes(4, "big") if dictionary is not None else bytes([ZSTD])
     raw = bytes([RAW])
     segments: list[bytes | bytearray | memoryview] = list(values)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -143,18 +144,32 @@ def has_blobs(message: Mapping[str, Any]) -> bool:
     return type(content) is bytes or (type(content) is list and any(type(b) is bytes for b in content))
 
 
+_PAUSE_LOCK = threading.Lock()
+_pauses = 0  # pauses in progress, over every thread
+_was_enabled = False  # whether the collector ran when the first of them began
+
+
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Hold the cyclic garbage collector off while entries are decoded: what is made is kept or dropped
-    whole (none of it is cyclic garbage), and the collector would otherwise scan it over and over as it
-    accumulates."""
-    was = gc.isenabled()
-    gc.disable()
+    """Hold the cyclic garbage collector off while entries are decoded or a commit is made: what is made
+    is kept or dropped whole (none of it is cyclic garbage), and the collector would otherwise scan it
+    over and over as it accumulates.
+
+    Pauses nest and overlap across threads: the collector is switched off when the first begins and back
+    on (if it was on then) when the last ends, so two threads' pauses cannot leave it off for good."""
+    global _pauses, _was_enabled
+    with _PAUSE_LOCK:
+        if _pauses == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _pauses += 1
     try:
         yield
     finally:
-        if was:
-            gc.enable()
+        with _PAUSE_LOCK:
+            _pauses -= 1
+            if _pauses == 0 and _was_enabled:
+                gc.enable()
 
 
 def read_entry(ws: Workspace, oid: ObjectId) -> MessageHistoryEntry:

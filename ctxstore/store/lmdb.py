@@ -55,9 +55,9 @@ _PACKS: dict[tuple[bytes, bytes], list[bytes]] = {}
 """Packs this process read lately, split into their parts, by record key and seal."""
 _TRAIN_AT: dict[str, int] = {}
 _REVISIONS = revisions.RevisionCache()
-_FRAME_BATCH = 256
-"""Leaf packs a commit frames together (`codec.compress_many`)."""
 """Revisions this process rebuilt or wrote lately, shared by its stores (ids are content hashes)."""
+_FRAME_BATCH, _FRAME_BYTES = 256, 8 << 20
+"""Leaf packs a commit frames together (`codec.compress_many`): up to this many, or these many bytes."""
 _R = TypeVar("_R")
 
 
@@ -553,7 +553,9 @@ class _Records:
         pointers: dict[ObjectId, bytes] = {}
         written = w.objects
 
-        def seal() -> None:  # framed a batch at a time: a bulk import holds few payloads at once
+        unframed = 0  # bytes of the payloads not framed yet
+
+        def seal() -> None:  # framed a batch at a time: a bulk import holds at most 8 MiB of payloads unframed
             for (leaf, marker, payload), value in zip(payloads, frame([p for _, _, p in payloads]), strict=True):
                 packed[leaf] = (marker, packs.pack_record(leaf, payload, value))
             payloads.clear()
@@ -572,10 +574,12 @@ class _Records:
             blobs = self._pack_blobs([e for e, cut in zip(entries, cuts, strict=True) if cut is None], w,
                                      pointers, packs.MAX_PAYLOAD - len(data) - sum(map(len, entries)),
                                      packs.MAX_ENTRIES - len(entries))
-            payloads.append((oid, packs.leaf_marker(data), packs.pack_payload(
-                data, list(zip(entries, cuts, strict=True)), [b for _, b in blobs])))
-            if len(payloads) >= _FRAME_BATCH:
+            payload = packs.pack_payload(data, list(zip(entries, cuts, strict=True)), [b for _, b in blobs])
+            payloads.append((oid, packs.leaf_marker(data), payload))
+            unframed += len(payload)
+            if len(payloads) >= _FRAME_BATCH or unframed >= _FRAME_BYTES:
                 seal()
+                unframed = 0
             held = [*order, *(blob for blob, _ in blobs)]
             sizes = [*map(len, entries), *(len(data) for _, data in blobs)]
             for part, pointer in zip(held, packs.pointer_values(oid, sizes), strict=True):
@@ -1010,14 +1014,14 @@ class LmdbStore(BatchWrites):
         """A held revision this process wrote or rebuilt lately, with its spine's encoded levels, from the
         revision cache (`RevisionSource`): what the cache keeps was checked against its id when it went
         in, so only whether this store holds it is looked up."""
-        rev, encoded = _REVISIONS.get(oid), _REVISIONS.encoded(oid)
-        if rev is None or encoded is None or encoded[1] is None:
+        found = _REVISIONS.with_levels(oid)
+        if found is None:
             return None
         check_oid(oid)
         with self._reading() as records:
             if records.record(oid) is None:
                 return None
-        return rev, encoded[1]
+        return found
 
     def get_many(self, oids: Iterable[ObjectId]) -> list[bytes]:
         """The canonical bytes of objects, in order, all read under one read transaction (one hold of

@@ -184,7 +184,8 @@ class RevisionCache:
         self._limit = limit
         self._encoded_limit = encoded
         self._held: dict[ObjectId, Revision] = {}
-        self._encoded: dict[ObjectId, tuple[bytes, seq.SpineBytes | None]] = {}
+        # id -> canonical bytes, encoded levels, and the revision they were put with (which they encode)
+        self._encoded: dict[ObjectId, tuple[bytes, seq.SpineBytes | None, Revision]] = {}
         self._last: seq.SpineBytes | None = None
         self._lock = threading.Lock()
 
@@ -194,7 +195,14 @@ class RevisionCache:
 
     def encoded(self, oid: ObjectId) -> tuple[bytes, seq.SpineBytes | None] | None:
         """A recent revision's canonical bytes (they hash to `oid`) and encoded levels, or None."""
-        return self._encoded.get(oid)
+        found = self._encoded.get(oid)
+        return None if found is None else (found[0], found[1])
+
+    def with_levels(self, oid: ObjectId) -> tuple[Revision, seq.SpineBytes] | None:
+        """A recent revision kept with its bytes, as it was put with them (so the revision those checked
+        bytes encode, whatever `get` holds now), and its encoded levels; None if none are kept."""
+        found = self._encoded.get(oid)
+        return None if found is None or found[1] is None else (found[2], found[1])
 
     def levels_for(self, parent: ObjectId | None) -> seq.SpineBytes | None:
         """Encoded levels to encode a revision with: its parent's if they are here, else the last ones
@@ -212,7 +220,7 @@ class RevisionCache:
             self._held[oid] = revision
             if encoded is not None:
                 _make_room(self._encoded, self._encoded_limit)
-                self._encoded[oid] = encoded
+                self._encoded[oid] = (*encoded, revision)
                 if encoded[1] is not None:
                     self._last = encoded[1]
 
