@@ -299,9 +299,9 @@ pages per commit (10 at least), against 3 for the raw single put into its small 
 the commit and the ratio to the raw put is near 1; when a flush is fast, what remains is that CPU and
 those pages. Going below needs fewer pages per commit (one random insert instead of two) or a one-flush
 commit (docs/storage.md, Durability)."""
-BULK_NOTE = """Bulk import, by part (100,000 messages into a new durable repository, measured apart in one process, 3
-runs): building the history (`MessageHistory.extend`, one call) took 0.84-0.98 s and committing it
-1.44-1.66 s; `import_messages` adds checking the list as the Messages API would and comparing it with
+BULK_NOTE = """Bulk import, by part (100,000 messages into a new durable repository, measured apart in one process,
+nine runs over an hour in which this machine's speed moved by a third): building the history
+(`MessageHistory.extend`, one call) took 0.8-1.3 s and committing it 1.4-1.9 s; `import_messages` adds checking the list as the Messages API would and comparing it with
 the view. The build: a chat turn (a text role and content under the blob threshold) is laid out
 directly (`intake.intake_turn`, `objects.encode_turn`: no deep copy, only the message goes through
 CBOR), entry ids share their digits but the last two, spelled once per millisecond and 1,024 ids, and
