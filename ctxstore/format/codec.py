@@ -26,6 +26,8 @@ __all__ = [
     "MAX_OBJECT_SIZE",
     "MAX_TIME_MS",
     "SEMANTIC_TAGS",
+    "SMALL_HEADS",
+    "array_head_at",
     "bounded_loads",
     "cbor_head",
     "check_time_ms",
@@ -260,7 +262,11 @@ def _why_not_canonical(data: bytes, again: bytes) -> str:
 
 def cbor_head(major: int, n: int) -> bytes:
     """A CBOR item head (major type `major`, argument `n` < 2**64) in its shortest form, as canonical CBOR
-    writes it: for the encoders that lay out bytes directly."""
+    writes it: for the encoders that lay out bytes directly (an argument under 256 from a table)."""
+    return SMALL_HEADS[major][n] if n < 256 else _head(major, n)
+
+
+def _head(major: int, n: int) -> bytes:
     base = major << 5
     if n < 24:
         return bytes([base | n])
@@ -271,6 +277,22 @@ def cbor_head(major: int, n: int) -> bytes:
     if n < 0x100000000:
         return bytes([base | 26]) + n.to_bytes(4, "big")
     return bytes([base | 27]) + n.to_bytes(8, "big")
+
+
+SMALL_HEADS = [[_head(major, n) for n in range(256)] for major in range(8)]
+"""`cbor_head(major, n)` for every major type and `n` below 256, for encoders' inner loops to index."""
+
+
+def array_head_at(data: bytes, at: int) -> tuple[int, int] | None:
+    """The length of the array whose head is at `at` in `data` and where its first item starts, for heads
+    of up to 2 length bytes (fewer than 65,536 items); None if there is no such head there."""
+    head = data[at] if at < len(data) else 0
+    if 0x80 <= head < 0x98:
+        return head - 0x80, at + 1
+    if head in (0x98, 0x99):
+        end = at + (2 if head == 0x98 else 3)
+        return (int.from_bytes(data[at + 1:end], "big"), end) if end <= len(data) else None
+    return None
 
 
 # Stored values start with a codec byte, so the storage format can evolve without rehashing.
@@ -301,18 +323,13 @@ def compress_many(values: list[bytes], *, level: int = 3, dictionary: zstandard.
     """`compress` of each value, in order; many large values (a bulk import's leaf packs) are compressed
     on every core, by zstd's threads outside the interpreter's lock. The frames are the same kind
     `compress` makes (content size, no dictionary id), so `decompress` reads either."""
-    frame = compressor(level=level, dictionary=dictionary, dict_id=dict_id)
     if len(values) < PARALLEL_AT or (os.cpu_count() or 1) < 2 or zstandard.backend != "cext":
-        return [frame(value) for value in values]  # (the cffi backend has no multi_compress_to_buffer)
-    head = bytes([ZSTD_DICT]) + dict_id.to_bytes(4, "big") if dictionary is not None else bytes([ZSTD])
-    raw = bytes([RAW])
+        return list(map(compressor(level=level, dictionary=dictionary, dict_id=dict_id), values))
+    # (the cffi backend has no multi_compress_to_buffer)
     segments: list[bytes | bytearray | memoryview] = list(values)
     packed = _compressor(dictionary, level).multi_compress_to_buffer(segments, threads=-1)
-    out = []
-    for n, value in enumerate(values):
-        data = packed[n].tobytes()
-        out.append(raw + value if len(data) + len(head) - 1 >= len(value) else head + data)
-    return out
+    choose = _framing(dictionary, dict_id)
+    return [choose(value, packed[n].tobytes()) for n, value in enumerate(values)]
 
 
 def _decompressor(dictionary: zstandard.ZstdCompressionDict | None) -> zstandard.ZstdDecompressor:
@@ -338,16 +355,25 @@ def compress(data: bytes, *, level: int = 3, dictionary: zstandard.ZstdCompressi
 def compressor(*, level: int = 3, dictionary: zstandard.ZstdCompressionDict | None = None,
                dict_id: int = 0) -> Callable[[bytes], bytes]:
     """`compress` with its settings fixed and its compressor looked up once, for framing many values."""
-    packer = _compressor(dictionary, level).compress
+    packer, choose = _compressor(dictionary, level).compress, _framing(dictionary, dict_id)
+
+    def frame(data: bytes) -> bytes:
+        return choose(data, packer(data))
+
+    return frame
+
+
+def _framing(dictionary: zstandard.ZstdCompressionDict | None, dict_id: int) -> Callable[[bytes, bytes], bytes]:
+    """The stored value of `data` given its zstd frame `packed`: the codec head and the frame, or the raw
+    bytes when compressing did not shrink them."""
     head = bytes([ZSTD_DICT]) + dict_id.to_bytes(4, "big") if dictionary is not None else bytes([ZSTD])
     raw = bytes([RAW])
     overhead = len(head) - 1
 
-    def frame(data: bytes) -> bytes:
-        packed = packer(data)
+    def choose(data: bytes, packed: bytes) -> bytes:
         return raw + data if len(packed) + overhead >= len(data) else head + packed
 
-    return frame
+    return choose
 
 
 def decompress(value: bytes, *, dictionaries: Mapping[int, zstandard.ZstdCompressionDict] | None = None,

@@ -15,7 +15,7 @@ import cbor2
 
 from ..errors import InvalidObject, shown
 from ..ids import OID_SIZE, ObjectId, is_oid, object_id
-from .codec import MAX_OBJECT_SIZE, decode, encode
+from .codec import MAX_OBJECT_SIZE, cbor_head, decode, encode
 
 __all__ = [
     "BLOB_THRESHOLD",
@@ -374,7 +374,7 @@ def encode_entry(entry: Entry) -> tuple[ObjectId, bytes]:
             except UnicodeEncodeError:
                 pass  # a lone surrogate: the codec's own encoding says where
             else:
-                data = b"".join((_ENTRY_START, _text_head(len(ident)), ident, _ENTRY_MIDDLE[entry.kind], body))
+                data = b"".join((_ENTRY_START, cbor_head(3, len(ident)), ident, _ENTRY_MIDDLE[entry.kind], body))
                 if len(data) <= MAX_OBJECT_SIZE:
                     return object_id(data), data
     return encode_object(entry)
@@ -395,23 +395,12 @@ def encode_turn(entry_id: str, kind: str, role: str, content: str) -> tuple[Obje
     except UnicodeEncodeError:
         return None
     # Canonical key order: "role" before "content" (shorter first).
-    data = b"".join((_ENTRY_START, _text_head(len(ident)), ident, _ENTRY_MIDDLE[kind],
-                     b"\xa2drole", _text_head(len(role_text)), role_text,
-                     b"gcontent", _text_head(len(content_text)), content_text))
+    data = b"".join((_ENTRY_START, cbor_head(3, len(ident)), ident, _ENTRY_MIDDLE[kind],
+                     b"\xa2drole", cbor_head(3, len(role_text)), role_text,
+                     b"gcontent", cbor_head(3, len(content_text)), content_text))
     if len(data) > MAX_OBJECT_SIZE:
         return None
     return object_id(data), data
-
-
-_SHORT_TEXT_HEADS = [bytes([0x60 + size]) for size in range(24)] + [bytes([0x78, size]) for size in range(24, 256)]
-
-
-def _text_head(size: int) -> bytes:
-    """The canonical CBOR head of text of `size` UTF-8 bytes (below 2**32: text over the object size
-    limit is refused before): its major type and shortest length."""
-    if size < 256:
-        return _SHORT_TEXT_HEADS[size]
-    return b"\x79" + size.to_bytes(2, "big") if size < 0x10000 else b"\x7a" + size.to_bytes(4, "big")
 
 
 def entry_message(data: bytes) -> dict[str, Any] | None:

@@ -24,8 +24,8 @@ import blake3
 import cbor2
 
 from ..errors import InvalidInput, InvalidObject
-from ..ids import ObjectId, object_id
-from .codec import cbor_head, encode
+from ..ids import ObjectId, is_oid, object_id
+from .codec import SMALL_HEADS, array_head_at, cbor_head, encode
 from .objects import SPINE_KEY, Object, Revision, SeqNode, encode_object
 
 __all__ = [
@@ -76,13 +76,11 @@ PutNode = Callable[[SeqNode], ObjectId]
 
 NODE_START = b"\xa3dtypecseqeitems"
 """How every seq node's canonical bytes start ({"type": "seq", "items": ...} in canonical key order)."""
-_NODE_START = NODE_START
 _LEVEL_KEY = b"elevel"
 _LEAF_END = _LEVEL_KEY + b"\x00"
 _OID_HEAD = b"\x58\x20"
 
 
-_SMALL_HEADS = [[cbor_head(major, n) for n in range(256)] for major in range(8)]
 
 
 def _text(value: Any) -> bytes | None:
@@ -95,12 +93,12 @@ def _text(value: Any) -> bytes | None:
     except UnicodeEncodeError:
         return None
     size = len(text)
-    return (_SMALL_HEADS[3][size] if size < 256 else cbor_head(3, size)) + text
+    return (SMALL_HEADS[3][size] if size < 256 else cbor_head(3, size)) + text
 
 
 def _encode_items(items: list[Any], level: int) -> list[bytes] | None:
     """The canonical bytes of each item of a node, or None if one is not of the usual shape."""
-    ints = _SMALL_HEADS[0]
+    ints = SMALL_HEADS[0]
     parts: list[bytes] = []
     append = parts.append
     if level == 0:
@@ -136,8 +134,6 @@ def _encode_items(items: list[Any], level: int) -> list[bytes] | None:
     return parts
 
 
-def _array_head(n: int) -> bytes:
-    return _SMALL_HEADS[4][n] if n < 256 else cbor_head(4, n)
 
 
 def encode_node(node: SeqNode) -> bytes | None:
@@ -153,7 +149,7 @@ def encode_node(node: SeqNode) -> bytes | None:
     parts = _encode_items(items, level)
     if parts is None:
         return None
-    return b"".join([_NODE_START, _array_head(len(items)), *parts, _LEVEL_KEY + _SMALL_HEADS[0][level]])
+    return b"".join([NODE_START, cbor_head(4, len(items)), *parts, _LEVEL_KEY + SMALL_HEADS[0][level]])
 
 
 _SPINE_MARK = bytes.fromhex("9b1f3c5e7a2d4f6081a3c5e7092b4d6f8da1c3e5f7092b4d6f81a3c5e70d2f4b")
@@ -178,7 +174,7 @@ def encode_revision(rev: Revision, base: SpineBytes | None = None) -> tuple[byte
     if type(spine) is not list or not 0 < len(spine) < 24:
         return None
     levels: SpineBytes = []
-    parts = [_array_head(len(spine))]
+    parts = [cbor_head(4, len(spine))]
     for level, items in enumerate(spine):
         if type(items) is not list:
             return None
@@ -186,7 +182,7 @@ def encode_revision(rev: Revision, base: SpineBytes | None = None) -> tuple[byte
         if encoded is None:
             return None
         levels.append((items, encoded))
-        parts += (_array_head(len(items)), encoded)
+        parts += (cbor_head(4, len(items)), encoded)
     fields = _append_fields(rev)
     if fields is not None:
         return b"".join([fields, *parts]), levels
@@ -234,14 +230,14 @@ def spine_bytes(rev: Revision, data: bytes) -> SpineBytes | None:
         except (TypeError, ValueError, UnicodeEncodeError):
             return None  # an item that is not a pair, or a lone surrogate
         sizes.append(n)
-    outer = _array_head(len(spine))
+    outer = cbor_head(4, len(spine))
     at = len(data) - sum(sizes) - len(outer)
     if at < 10 or data[at - 10:at] != b"\x69treeSpine" or data[at:at + len(outer)] != outer:
         return None
     at += len(outer)
     levels: SpineBytes = []
     for items, size in zip(spine, sizes, strict=True):
-        head = _array_head(len(items))
+        head = cbor_head(4, len(items))
         if data[at:at + len(head)] != head:
             return None
         levels.append((items, data[at + len(head):at + size]))
@@ -265,12 +261,12 @@ def _append_fields(rev: Revision) -> bytes | None:
     if type(ids) is not list or type(oids) is not list:
         return None
     parts = [b"\xa6\x64size", cbor_head(0, size), b"\x64type\x68revision\x66parent\x58\x20", parent,
-             b"\x69createdAt", cbor_head(0, created), _APPEND_OP, _array_head(len(oids))]
+             b"\x69createdAt", cbor_head(0, created), _APPEND_OP, cbor_head(4, len(oids))]
     for oid in oids:
         if type(oid) is not bytes or len(oid) != 32:
             return None
         parts += (_OID_HEAD, oid)
-    parts += (b"\x68entryIds", _array_head(len(ids)))
+    parts += (b"\x68entryIds", cbor_head(4, len(ids)))
     for entry_id in ids:
         text = _text(entry_id)
         if text is None:
@@ -724,7 +720,7 @@ def packed_order_of(data: bytes) -> list[ObjectId] | None:
             return None
         oid = item[1]
         if oid is not None:
-            if type(oid) is not bytes or len(oid) != 32:
+            if not is_oid(oid):
                 return None
             oids.append(ObjectId(oid))
     return list(dict.fromkeys(oids))
@@ -732,23 +728,14 @@ def packed_order_of(data: bytes) -> list[ObjectId] | None:
 
 def is_leaf_bytes(data: bytes) -> bool:
     """Whether canonical bytes may be a leaf's (a seq node at level 0); `parse_object` tells for sure."""
-    return data.startswith(_NODE_START) and data.endswith(_LEAF_END)
+    return data.startswith(NODE_START) and data.endswith(_LEAF_END)
 
 
 def leaf_length(data: bytes) -> int | None:
     """How many items a leaf's canonical bytes hold, read from their layout without decoding them; None
     if they are not laid out as a leaf's."""
-    if not is_leaf_bytes(data) or len(data) <= len(_NODE_START) + 2:
-        return None
-    at = len(_NODE_START)
-    head = data[at]
-    if 0x80 <= head < 0x98:
-        return head - 0x80
-    if head == 0x98:
-        return data[at + 1]
-    if head == 0x99:
-        return int.from_bytes(data[at + 1:at + 3], "big")
-    return None
+    head = array_head_at(data, len(NODE_START)) if is_leaf_bytes(data) else None
+    return None if head is None else head[0]
 
 
 def _node_items(oid: ObjectId, get: GetNode) -> Iterator[tuple[str, ObjectId | None]]:

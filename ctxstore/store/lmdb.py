@@ -169,12 +169,10 @@ class _Records:
     def pack_parts(self, leaf: ObjectId) -> list[bytes]:
         """The parts of a packed leaf's pack, the leaf's canonical bytes then the entries' and blobs' it
         holds (`packs.split`: the seal checked), from the few this process holds split."""
-        key = rec.object_key(leaf)
-        record = self._t.get(key, db=self._dbs[rec.PACKS])
-        if record is None:
+        parts = self.pack(rec.object_key(leaf))
+        if parts is None:
             raise DamagedData(f"stored leaf {to_hex(leaf)} is packed, but its pack is missing; run `ctxstore fsck`")
-        parts = _PACKS.get((key, record[:packs.SEAL_SIZE]))
-        return parts if parts is not None else self._split(leaf, bytes(record))
+        return parts
 
     def _split(self, leaf: ObjectId, record: bytes) -> list[bytes]:
         parts = packs.split(leaf, packs.payload_of(leaf, record, self.unframe))
@@ -185,13 +183,14 @@ class _Records:
         _PACKS[(rec.object_key(leaf), record[:packs.SEAL_SIZE])] = parts
         return parts
 
-    def unframe(self, value: bytes) -> bytes:
-        """Bytes framed by the store's packer (raw, zstd, dictionary), loading a dictionary another
-        process trained; `EncodingError` if they do not decode."""
+    def unframe(self, value: bytes, max_size: int = 2 * packs.MAX_PAYLOAD) -> bytes:
+        """Bytes framed by the store's packer (raw, zstd, dictionary) and at most `max_size` long (a pack's
+        payload by default), loading a dictionary another process trained; `EncodingError` if they do not
+        decode."""
         used = rec.value_dict_id(value)
         if used is not None and used not in self._e.dicts:
             self.load_dicts()
-        return codec.decompress(value, dictionaries=self._e.dicts, max_size=2 * packs.MAX_PAYLOAD)
+        return codec.decompress(value, dictionaries=self._e.dicts, max_size=max_size)
 
     def get_leaves(self, oids: Iterable[ObjectId]) -> list[tuple[bytes, list[Any]]]:
         """Each leaf's canonical bytes, checked against its id, with the messages of the entries it is
@@ -427,11 +426,8 @@ class _Records:
         """An object's canonical bytes from its stored value."""
         if value[0] in (packs.LEAF_PACK, packs.PACKED):
             return self.canonical(oid, value)
-        used = rec.value_dict_id(value)
-        if used is not None and used not in self._e.dicts:
-            self.load_dicts()
         try:
-            return codec.decompress(value, dictionaries=self._e.dicts)
+            return self.unframe(value, codec.MAX_OBJECT_SIZE)
         except EncodingError as exc:
             raise StoreError(f"stored object {to_hex(oid)} is corrupt ({exc}); run `ctxstore fsck`") from None
 
@@ -552,13 +548,14 @@ class _Records:
         payloads: list[tuple[ObjectId, bytes, bytes]] = []  # leaf id, its marker, its pack's payload: to frame
         pointers: dict[ObjectId, bytes] = {}
         written = w.objects
-
-        unframed = 0  # bytes of the payloads not framed yet
+        unframed = 0  # bytes of `payloads`
 
         def seal() -> None:  # framed a batch at a time: a bulk import holds at most 8 MiB of payloads unframed
+            nonlocal unframed
             for (leaf, marker, payload), value in zip(payloads, frame([p for _, _, p in payloads]), strict=True):
                 packed[leaf] = (marker, packs.pack_record(leaf, payload, value))
             payloads.clear()
+            unframed = 0
 
         node_start = seq.NODE_START
         for oid, data in written.items():
@@ -579,7 +576,6 @@ class _Records:
             unframed += len(payload)
             if len(payloads) >= _FRAME_BATCH or unframed >= _FRAME_BYTES:
                 seal()
-                unframed = 0
             held = [*order, *(blob for blob, _ in blobs)]
             sizes = [*map(len, entries), *(len(data) for _, data in blobs)]
             for part, pointer in zip(held, packs.pointer_values(oid, sizes), strict=True):
@@ -1015,13 +1011,7 @@ class LmdbStore(BatchWrites):
         revision cache (`RevisionSource`): what the cache keeps was checked against its id when it went
         in, so only whether this store holds it is looked up."""
         found = _REVISIONS.with_levels(oid)
-        if found is None:
-            return None
-        check_oid(oid)
-        with self._reading() as records:
-            if records.record(oid) is None:
-                return None
-        return found
+        return found if found is not None and self.has(oid) else None
 
     def get_many(self, oids: Iterable[ObjectId]) -> list[bytes]:
         """The canonical bytes of objects, in order, all read under one read transaction (one hold of

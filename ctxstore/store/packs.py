@@ -49,7 +49,7 @@ import blake3
 import cbor2
 
 from ..errors import DamagedData, EncodingError
-from ..format.codec import cbor_head
+from ..format.codec import array_head_at, cbor_head
 from ..ids import ObjectId, to_hex
 
 __all__ = ["FRAMED_AT", "LEAF_PACK", "MAX_BLOB", "MAX_ENTRIES", "MAX_PAYLOAD", "PACKED", "SEAL_SIZE", "chat_message_at",
@@ -189,14 +189,10 @@ def payload_of(leaf: ObjectId, record: bytes, unframe: Callable[[bytes], bytes])
 def split(leaf: ObjectId, payload: bytes) -> list[bytes]:
     """A sealed payload's parts as canonical bytes: the leaf's, then each entry's (what a read of one
     entry checks against its id)."""
-    first = payload[0] if payload else 0
-    if 0x80 <= first < 0x98:
-        count, at = first - 0x80, 1
-    elif first in (0x98, 0x99):
-        at = 2 if first == 0x98 else 3
-        count = int.from_bytes(payload[1:at], "big")
-    else:
+    head = array_head_at(payload, 0)
+    if head is None:
         raise _damaged(leaf, "its payload is not an array")
+    count, at = head
     stream = io.BytesIO(payload)
     stream.seek(at)
     decoder = cbor2.CBORDecoder(stream)
