@@ -10,6 +10,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -120,21 +121,34 @@ def test_end_of_input_ends_a_piped_chat_with_exit_0(work: Path) -> None:
 
 
 def _read_until(proc: subprocess.Popen[str], text: str, timeout: float = 30) -> str:
+    """The process's stderr up to the line holding `text`; a process silent for `timeout` is killed, so a
+    missing line fails the test instead of blocking the read for ever."""
     assert proc.stderr is not None
     seen = ""
-    deadline = time.monotonic() + timeout
-    while text not in seen and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        seen += line
+    deadline = threading.Timer(timeout, proc.kill)
+    deadline.start()
+    try:
+        while text not in seen:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            seen += line
+    finally:
+        deadline.cancel()
     assert text in seen, seen
     return seen
 
 
+def _interruptible() -> None:
+    """In the child: Ctrl-C raises KeyboardInterrupt, as at a terminal, even where the test runner was
+    started with SIGINT ignored (a background job), which the child would otherwise inherit."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_interrupts_a_reply_and_the_chat_goes_on(work: Path) -> None:
     proc = subprocess.Popen([*CLI, "chat", "talk", "--offline", "--latency", "30"], cwd=work,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_interruptible)
     assert proc.stdin is not None
     try:
         _read_until(proc, "chat on refs/heads/talk")

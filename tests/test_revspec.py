@@ -62,6 +62,14 @@ def test_malformed_specs_name_the_problem(spec: str, why: str) -> None:
         parse(spec)
 
 
+def test_a_spec_with_no_base_is_shown_how_to_write_it_in_a_message_of_bounded_size() -> None:
+    with pytest.raises(InvalidInput, match=r"write it as REF~1\^$"):
+        parse("~1^")
+    with pytest.raises(InvalidInput, match=r"write it as REF~N$") as long:
+        parse("~" * 1_000_000)
+    assert len(str(long.value)) < 300
+
+
 def test_plain_names_and_ids_are_not_expressions() -> None:
     assert not is_expression("main") and not is_expression("refs/heads/a/b") and not is_expression("3f2a")
     assert is_expression("main~1") and is_expression("main^") and is_expression("main@{0}")

@@ -49,6 +49,17 @@ def _leaves(objects: list[tuple[ObjectId, bytes]]) -> list[ObjectId]:
     return [oid for oid, data in objects if seq.is_leaf_bytes(data)]
 
 
+def _with_a_closed_leaf(count: int, onto: MessageHistory | None = None) -> tuple[MessageHistory, list[dict[str, Any]]]:
+    """`count` chat messages or more (onto an empty history): as many as it takes to close a leaf. Entry ids
+    are random, so the leaf boundaries are too, and 100 messages stay in the one open leaf one time in 25."""
+    messages = [_chat(n) for n in range(count)]
+    history = (MessageHistory() if onto is None else onto).extend(messages)
+    while not _leaves(history.workspace.pending()):
+        more = [_chat(n) for n in range(len(messages), len(messages) + 50)]
+        history, messages = history.extend(more), messages + more
+    return history, messages
+
+
 def _damage(store: LmdbStore, oid: ObjectId, at: int, db: bytes = rec.OBJECTS) -> None:
     env = store.environment
     with env.env.begin(write=True) as txn:
@@ -229,7 +240,7 @@ def test_gc_of_a_dropped_branch_deletes_its_packs_and_leaves_a_clean_store(tmp_p
 
 @pytest.mark.parametrize("where", ["seal", "payload", "pointer size", "pointer position"])
 def test_damage_to_a_pack_or_a_pointer_is_refused_not_returned(tmp_path: Path, where: str) -> None:
-    history = MessageHistory().extend([_chat(n) for n in range(300)])
+    history, _ = _with_a_closed_leaf(300)
     made = history.workspace.pending()
     with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
         store.put_many(made)
@@ -366,7 +377,7 @@ def _leaf_of(parts: list[bytes]) -> bytes:
 
 def test_a_leaf_naming_a_packed_leaf_as_an_entry_leaves_that_leaf_readable(tmp_path: Path) -> None:
     with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
-        history = MessageHistory(source=store).extend([_chat(n) for n in range(100)])
+        history, messages = _with_a_closed_leaf(100, MessageHistory(source=store))
         made = history.workspace.pending()
         store.put_many(made)
         victim = _leaves(made)[0]
@@ -384,7 +395,7 @@ def test_a_leaf_naming_a_packed_leaf_as_an_entry_leaves_that_leaf_readable(tmp_p
         store.delete_many([object_id(crafted)])
         lmdb_store._PACKS.clear()
         assert [store.get(oid) for oid in victims] == [dict(made)[oid] for oid in victims]
-        assert MessageHistory(source=store, head=history.revision_id).render() == [_chat(n) for n in range(100)]
+        assert MessageHistory(source=store, head=history.revision_id).render() == messages
 
 
 def test_an_entry_whose_text_is_not_utf8_is_kept_whole_and_its_pack_reads(tmp_path: Path) -> None:
@@ -417,7 +428,7 @@ def test_a_leaf_too_large_to_pack_with_its_entries_is_stored_whole(tmp_path: Pat
 def test_a_commit_whose_leaf_another_writer_stored_meanwhile_prepares_again(tmp_path: Path) -> None:
     """What a retry after the map grew checks (`_Records.holds_any`): records made before another writer
     stored one of the leaves they pack are made again, so no pointer names a pack that is not written."""
-    history = MessageHistory().extend([_chat(n) for n in range(100)])
+    history, _ = _with_a_closed_leaf(100)
     made = dict(history.workspace.pending())
     leaf = _leaves(list(made.items()))[0]
     with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
@@ -529,7 +540,7 @@ def _put_pack(store: LmdbStore, key: bytes, record: bytes) -> None:
 
 def test_a_store_whose_packs_all_have_their_markers_has_no_layout_problems(tmp_path: Path) -> None:
     with Repository.init(tmp_path / "r", durable=False) as repo:
-        repo.commit("main", repo.history("main").extend([_chat(n) for n in range(200)]))
+        repo.commit("main", _with_a_closed_leaf(200, repo.history("main"))[0])
         store = repo.store
         assert isinstance(store, LmdbStore)
         held = _packs_held(store)
@@ -544,9 +555,9 @@ def test_a_store_whose_packs_all_have_their_markers_has_no_layout_problems(tmp_p
 
 
 def test_fsck_names_a_pack_under_no_object_and_one_under_an_object_not_stored_packed(tmp_path: Path) -> None:
-    messages = [_chat(n) for n in range(200)]
     with Repository.init(tmp_path / "r", durable=False) as repo:
-        repo.commit("main", repo.history("main").extend(messages))
+        history, messages = _with_a_closed_leaf(200, repo.history("main"))
+        repo.commit("main", history)
         store = repo.store
         assert isinstance(store, LmdbStore)
         everything = sorted(store)
@@ -587,7 +598,7 @@ def test_fsck_says_an_orphaned_pack_under_a_leaf_stored_whole_is_what_refuses_it
     whole = encode_object(SeqNode(level=0, items=[["i" * 70_000, object_id(entry)]] * 64))[1]
     with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
         store.put_many([(object_id(entry), entry), (object_id(whole), whole)])
-        store.put_many(MessageHistory().extend([_chat(n) for n in range(200)]).workspace.pending())
+        store.put_many(_with_a_closed_leaf(200)[0].workspace.pending())
         assert _value(store, object_id(whole))[0] != packs.LEAF_PACK
         assert store.layout_problems() == []
         _put_pack(store, rec.object_key(object_id(whole)), next(iter(_packs_held(store).values())))

@@ -166,6 +166,19 @@ def test_unknown_remote_is_a_clear_error(mine):
         sync.fetch(mine, "nowhere")
 
 
+@pytest.mark.parametrize("name", ["a.b", "a:b", "a b", "a\rb", "-a", "a/b", ""])
+def test_fetch_push_and_remote_add_refuse_the_same_remote_names(mine, name):
+    """One rule (`repo.config.check_remote_name`): a name `remote add` refuses is refused by fetch and push
+    too, instead of a fetch suggesting a `remote add` that cannot work."""
+    with pytest.raises(InvalidInput, match="invalid remote name"):
+        mine.remote_add(name, "https://hub.example/r")
+    with pytest.raises(InvalidInput, match="invalid remote name"):
+        sync.fetch(mine, name)
+    with pytest.raises(InvalidInput, match="invalid remote name"):
+        sync.push(mine, name, ["main"])
+    assert name not in mine.remotes()
+
+
 def test_stdio_transport_through_a_real_subprocess(hub, tmp_path):
     repo = Repository.init(tmp_path / "via-stdio")
     repo.remote_add("origin", "stdio")

@@ -347,6 +347,7 @@ def remote_add(name: str, url: str) -> None:
     """Record remote NAME at URL (a path, ssh://host/path or http(s)://hub/repo).
 
     A path is recorded absolute; a working directory's path stands for its .ctxstore/ repository.
+    NAME is printable text without '/', '.', ':', '\\' or spaces, not starting with '-'.
     """
     from ..sync.client import remote_url
 

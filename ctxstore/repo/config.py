@@ -9,7 +9,7 @@ from typing import Final
 from ..errors import DamagedData, InvalidInput, UnknownRef, UnknownSetting, shown
 from ..store.base import TransactionalStore
 
-__all__ = ["Config"]
+__all__ = ["Config", "check_remote_name"]
 
 _REMOTE_NAMES: Final = "remote.names"
 
@@ -56,7 +56,7 @@ class Config:
         A URL without a scheme is a local path: it is stored absolute, so the remote is reached the same
         way from any directory.
         """
-        _check_remote_name(name)
+        check_remote_name(name)
         if not isinstance(url, str) or not url:
             raise InvalidInput(f"remote {shown(name)} needs a non-empty URL")
         if "://" not in url:
@@ -110,6 +110,9 @@ def _names(raw: bytes | None) -> list[str]:
     return [n for n in value if isinstance(n, str)]
 
 
-def _check_remote_name(name: str) -> None:
-    if not isinstance(name, str) or not name or any(c in name for c in "/ \t\n.\\:") or name.startswith("-"):
+def check_remote_name(name: str) -> None:
+    """`InvalidInput` unless `name` can name a remote: printable text without '/', '.', ':', '\\' or spaces,
+    not starting with '-'. `remote add` and every fetch, pull and push check this one rule."""
+    if (not isinstance(name, str) or not name or name.startswith("-")
+            or any(c in "/.\\:" or c.isspace() or not c.isprintable() for c in name)):
         raise InvalidInput(f"invalid remote name {shown(name)}: use letters, digits, '-' and '_'")

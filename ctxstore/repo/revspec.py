@@ -57,7 +57,8 @@ def parse(spec: str) -> RevSpec:
     cut = min((i for i in (spec.find("~"), spec.find("^"), spec.find("@{")) if i >= 0), default=len(spec))
     base, rest = spec[:cut], spec[cut:]
     if not base:
-        raise InvalidInput(f"{shown(spec)} names no ref or revision before {shown(rest[0])}; write it as REF{rest}")
+        example = f"REF{rest}" if len(rest) <= 40 else "REF~N"
+        raise InvalidInput(f"{shown(spec)} names no ref or revision before {shown(rest[0])}; write it as {example}")
     reflog: int | None = None
     if rest.startswith("@{"):
         entry = _REFLOG.match(rest)

@@ -21,6 +21,7 @@ from ..ids import HexId, ObjectId, from_hex, to_hex
 from ..pack.plan import is_ancestor, pack
 from ..pack.stream import HEADER_MAX, PackSource, declared_count
 from ..refs import ANY, HEADS, REMOTES, TAGS, Refs, check_ref_name
+from ..repo.config import check_remote_name
 from ..repo.receive import UnpackResult, unpack
 from ..repo.repository import Repository
 from ..report import json_fields
@@ -160,11 +161,6 @@ def _connect(repo: Repository, remote: str, token: str | None,
         opened.close()
 
 
-def _check_remote_name(remote: str) -> None:
-    if not isinstance(remote, str) or not remote or "/" in remote or remote.startswith("."):
-        raise InvalidInput(f"invalid remote name {shown(remote)}; use a name like origin or hub")
-
-
 def _raw_refs(refs: Mapping[str, HexId]) -> dict[str, ObjectId]:
     return {name: from_hex(oid) for name, oid in refs.items()}
 
@@ -182,7 +178,7 @@ def fetch(repo: Repository, remote: str = "origin", *, token: str | None = None,
     heads the remote no longer has are deleted. `transport` overrides the remote's URL (for tests and
     embedding). A concurrent fetch that moved a tracking ref first raises `RefMoved`: fetch again.
     """
-    _check_remote_name(remote)
+    check_remote_name(remote)
     store = repo.store
     with _connect(repo, remote, token, transport) as conn:
         theirs = _raw_refs(conn.advertise().refs)
@@ -315,7 +311,7 @@ def push(repo: Repository, remote: str = "origin", refs: Sequence[str] | None = 
     With `delete`, the named `refs` are deleted on the remote instead (heads by default, ``refs/tags/x``
     for a tag), each only if it still holds what the remote advertised; the remote-tracking refs go too.
     """
-    _check_remote_name(remote)
+    check_remote_name(remote)
     store = repo.store
     local_refs = Refs(store)
     if delete:
