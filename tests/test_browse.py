@@ -3,6 +3,7 @@ Messages API checks on what comes in."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pty
@@ -10,6 +11,7 @@ import re
 import subprocess
 import warnings
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -184,6 +186,34 @@ def test_grep_snippets_show_context_around_the_match(repo: Repository | None = N
 def test_messages_the_api_would_refuse_are_invalid_input(messages: list[Any], problem: str) -> None:
     with pytest.raises(InvalidInput, match=problem):
         check_messages(messages)
+
+
+_USE = {"type": "tool_use", "id": "u1", "name": "ls", "input": {}}
+_RESULT = {"type": "tool_result", "tool_use_id": "u1"}
+_KINDS_OF_ITEM: list[Any] = [
+    {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}, {"role": "system", "content": "s"},
+    {"role": "assistant", "content": [_USE]}, {"role": "user", "content": [_RESULT]},
+    {"role": "user", "content": [_USE]}, {"role": "assistant", "content": [{"type": "text"}]},
+    {"role": "user"}, {"message": {"role": "user", "content": "q"}}, {"content": "no role"}, "not a message",
+]
+
+
+def test_text_messages_checked_fast_are_checked_as_any_other_mapping() -> None:
+    """`check_messages` takes plain dicts with text content on a fast path: for every sequence of up to three
+    kinds of item, what it accepts, refuses and says is what the general path (any other Mapping) gives."""
+    def outcome(messages: list[Any]) -> str | None:
+        try:
+            check_messages(messages)
+        except InvalidInput as e:
+            return str(e)
+        return None
+    refused = 0
+    for length in range(1, 4):
+        for items in itertools.product(_KINDS_OF_ITEM, repeat=length):
+            general = [MappingProxyType(i) if isinstance(i, dict) else i for i in items]
+            assert outcome(list(items)) == outcome(general), items
+            refused += outcome(list(items)) is not None
+    assert 0 < refused < sum(len(_KINDS_OF_ITEM) ** n for n in range(1, 4))
 
 
 def test_append_checks_messages_as_the_api_would(repo_dir: Path, runner: CliRunner) -> None:

@@ -103,6 +103,13 @@ def check_messages(messages: Iterable[Any], *, before: Sequence[Mapping[str, Any
             open_uses = tool_use_ids(prior)
             break
     for number, item in enumerate(messages, 1):
+        if type(item) is dict and type(item.get("content")) is str:  # text: the common case, checked fast
+            role = item.get("role")
+            if role == "user":
+                continue
+            if role == "assistant":
+                open_uses = set()
+                continue
         message = message_of(item)
         where = f"{what} {number}"
         check_message(message, where)
