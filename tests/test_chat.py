@@ -121,8 +121,8 @@ def test_end_of_input_ends_a_piped_chat_with_exit_0(work: Path) -> None:
 
 
 def _read_until(proc: subprocess.Popen[str], text: str, timeout: float = 30) -> str:
-    """The process's stderr up to the line holding `text`; a process silent for `timeout` is killed, so a
-    missing line fails the test instead of blocking the read for ever."""
+    """The process's stderr up to the line holding `text`. A process that has not printed it within `timeout`
+    seconds is killed, so a missing line fails the test instead of blocking the read for ever."""
     assert proc.stderr is not None
     seen = ""
     deadline = threading.Timer(timeout, proc.kill)
