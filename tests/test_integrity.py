@@ -207,22 +207,42 @@ def test_fsck_reports_a_ref_whose_value_is_not_an_object_id(repo_path: Path) -> 
     assert "refs/heads/broken holds 3 byte(s) that are not an object id" in result.stdout
 
 
-def test_a_corrupt_store_is_damage_for_render_and_a_path_clone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stored", ["whole", "delta"])
+def test_a_corrupt_store_is_damage_for_render_and_a_path_clone(tmp_path: Path, stored: str) -> None:
     """A head revision whose stored bytes were changed on disk: render and clone exit 6 (damage) and say
-    to run fsck, instead of calling the revision unknown (3) or the request bad (2)."""
-    from ctxstore.store.records import OBJECTS
+    to run fsck, instead of calling the revision unknown (3) or the request bad (2) or failing as the
+    storage engine (1). A revision is stored whole (a zstd frame, which the damage may make undecodable)
+    or as a delta on its parent (whose check the damage breaks): the first has no parent; an append that
+    closes no leaf is a delta, and whether one closes depends on the random entry ids, so the test
+    appends until the head is stored as it wants."""
+    from ctxstore.format.codec import ZSTD
+    from ctxstore.store.records import HEAD_SIZE, OBJECTS, record_value
+    from ctxstore.store.revisions import DELTA
 
     src = tmp_path / "src"
     with Repository.init(src) as repo:
-        for i in range(3):
-            repo.append("main", [_user(f"message {i} " * 20)])
-        head = bytes.fromhex(repo.head("main") or "")
         env = repo.store.environment
+
+        def head_record() -> tuple[bytes, bytes]:
+            head = bytes.fromhex(repo.head("main") or "")
+            with env.env.begin() as txn:
+                return next((bytes(k), bytes(v)) for k, v in txn.cursor(db=env.dbs[OBJECTS])
+                            if head.startswith(k))
+        repo.append("main", [_user("message 0 " * 20)])
+        for i in range(1, 200):
+            if stored == "whole" or record_value(head_record()[1])[0] == DELTA:
+                break
+            repo.append("main", [_user(f"message {i} " * 20)])
+        key, value = head_record()
+        assert (record_value(value)[0] == DELTA) == (stored == "delta")
+        damaged = bytearray(value)
+        if stored == "whole":  # the zstd frame's magic number: a frame no decoder takes
+            assert value[HEAD_SIZE] == ZSTD and value[HEAD_SIZE + 1:HEAD_SIZE + 5] == b"\x28\xb5\x2f\xfd"
+            damaged[HEAD_SIZE + 2] ^= 0xFF
+        else:  # the delta record's check
+            damaged[-3] ^= 0xFF
         with env.env.begin(write=True) as txn:
-            key = next(k for k, _ in txn.cursor(db=env.dbs[OBJECTS]) if head.startswith(k[:8]))
-            value = bytearray(txn.get(key, db=env.dbs[OBJECTS]))
-            value[-3] ^= 0xFF
-            txn.put(key, bytes(value), db=env.dbs[OBJECTS])
+            txn.put(key, bytes(damaged), db=env.dbs[OBJECTS])
     for args in (["--repo", str(src), "render", "main"], ["clone", str(src), str(tmp_path / "dst")]):
         # A new process: this one may hold the revision decoded from before the damage.
         result = subprocess.run([sys.executable, "-m", "ctxstore.cli", *args], capture_output=True, text=True,

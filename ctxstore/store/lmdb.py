@@ -429,7 +429,7 @@ class _Records:
         try:
             return self.unframe(value, codec.MAX_OBJECT_SIZE)
         except EncodingError as exc:
-            raise StoreError(f"stored object {to_hex(oid)} is corrupt ({exc}); run `ctxstore fsck`") from None
+            raise DamagedData(f"stored object {to_hex(oid)} is corrupt ({exc}); run `ctxstore fsck`") from None
 
     # -- dictionaries -------------------------------------------------------------------------------------
 
@@ -744,8 +744,8 @@ class _Records:
                 try:
                     data = codec.decompress(framed, dictionaries=self._e.dicts)
                 except EncodingError as exc:
-                    raise StoreError(f"stored record {bytes(key).hex()} is corrupt ({exc}); run `ctxstore fsck`"
-                                     ) from None
+                    raise DamagedData(f"stored record {bytes(key).hex()} is corrupt ({exc}); run `ctxstore fsck`"
+                                      ) from None
                 better = rec.stored_value(data, dictionary, dict_id)
                 if len(better) < len(framed):
                     rewritten.append((bytes(key), bytes(record[:head]) + better))
