@@ -8,8 +8,10 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +19,12 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+# No example may fail for taking long: CI has 2 cores, and a starved process would make hypothesis call a
+# property test flaky for its timing alone. A test that needs a deadline sets its own.
+settings.register_profile("ctxstore", deadline=None)
+settings.load_profile("ctxstore")
 
 SESSION = "0b7c2f4e-5a1d-4c3e-9f00-3d2a1b0c9e8f"
 
@@ -262,6 +270,18 @@ def claude_session(records: int = 2000) -> ClaudeSession:
     while len(session.records) < records:
         session.turn()
     return session
+
+
+@contextlib.contextmanager
+def killed_after(proc: subprocess.Popen[Any], seconds: float) -> Iterator[None]:
+    """Kill `proc` if the block has not finished within `seconds`: a read from a child that never writes
+    what the test waits for then ends (at end of file) and the test fails, instead of blocking CI for ever."""
+    timer = threading.Timer(seconds, proc.kill)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def drain(fd: int) -> bytes:

@@ -10,13 +10,13 @@ import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from conftest import killed_after
 
 from ctxstore import Repository
 from ctxstore.agents.anthropic import DEFAULT_MODEL as ADAPTER_DEFAULT
@@ -125,16 +125,12 @@ def _read_until(proc: subprocess.Popen[str], text: str, timeout: float = 30) -> 
     seconds is killed, so a missing line fails the test instead of blocking the read for ever."""
     assert proc.stderr is not None
     seen = ""
-    deadline = threading.Timer(timeout, proc.kill)
-    deadline.start()
-    try:
+    with killed_after(proc, timeout):
         while text not in seen:
             line = proc.stderr.readline()
             if not line:
                 break
             seen += line
-    finally:
-        deadline.cancel()
     assert text in seen, seen
     return seen
 

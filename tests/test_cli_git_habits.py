@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from conftest import killed_after
 
 from ctxstore import Repository
 from ctxstore.cli import cli
@@ -279,12 +280,14 @@ def test_a_hub_404_exits_not_found(tmp_path: Path) -> None:
     try:
         assert proc.stderr is not None
         line = ""
-        while "serving" not in line:
-            line = proc.stderr.readline()
-            assert line, "the hub did not start"
+        with killed_after(proc, 60):
+            while "serving" not in line:
+                line = proc.stderr.readline()
+                assert line, "the hub did not start"
         url = line.rsplit(" on ", 1)[1].strip()
         for target in (f"{url}/team/nosuch", f"{url}/nothing/here/at/all"):
-            done = subprocess.run([*CLI, "clone", target, str(tmp_path / "c")], capture_output=True, text=True)
+            done = subprocess.run([*CLI, "clone", target, str(tmp_path / "c")], capture_output=True, text=True,
+                                  timeout=60)
             assert done.returncode == 3, done.stderr
             assert done.stderr.startswith("ctxstore: error:") and done.stderr.count("\n") == 1
             assert not (tmp_path / "c").exists()

@@ -8,13 +8,13 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
+from conftest import killed_after
 
 from ctxstore import Repository, sync
 from ctxstore.errors import AuthError, NonFastForward, NotARepository
@@ -34,12 +34,12 @@ class Served:
         self.proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True,
                                      env=None if env is None else {**os.environ, **env})
         assert self.proc.stderr is not None
-        deadline = time.monotonic() + 60
         line = ""
-        while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if "serving" in line or not line:
-                break
+        with killed_after(self.proc, 60):
+            while "serving" not in line:
+                line = self.proc.stderr.readline()
+                if not line:
+                    break
         assert "serving" in line, f"hub did not start: {line!r}"
         self.url = line.rsplit(" on ", 1)[1].strip()
 

@@ -20,6 +20,7 @@ from typing import Any
 import cbor2
 import httpx2
 import pytest
+from conftest import killed_after
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
@@ -114,7 +115,8 @@ def test_serve_stdio_refuses_a_value_sharing_frame(hub):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout is not None and proc.stdin is not None
-        assert "refs" in read_frame(proc.stdout)
+        with killed_after(proc, 60):
+            assert "refs" in read_frame(proc.stdout)
         out, _ = proc.communicate(hostile_frame(), timeout=20)
     finally:
         if proc.poll() is None:

@@ -387,14 +387,14 @@ def test_bad_and_unreachable_store_urls_are_clear_errors(tmp_path):
     bad = _cli("hub", "list", "--store", "mysql://db/x")
     assert bad.returncode == 2 and "postgresql://" in bad.stderr
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # nothing listens here once it closes
-    url = f"postgresql://someone:hunter2@127.0.0.1:{port}/nothing"
-    for argv in (["hub", "list", "--store", url], ["serve", "--http", "127.0.0.1:0", "--store", url]):
-        down = _cli(*argv)
-        assert down.returncode == 1, down.stderr
-        assert f"127.0.0.1:{port}" in down.stderr and "hunter2" not in down.stderr
-        assert down.stderr.startswith("ctxstore: error: ") and "Traceback" not in down.stderr
+        probe.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused, and no other
+        port = probe.getsockname()[1]  # process can take the port while the commands try it
+        url = f"postgresql://someone:hunter2@127.0.0.1:{port}/nothing"
+        for argv in (["hub", "list", "--store", url], ["serve", "--http", "127.0.0.1:0", "--store", url]):
+            down = _cli(*argv)
+            assert down.returncode == 1, down.stderr
+            assert f"127.0.0.1:{port}" in down.stderr and "hunter2" not in down.stderr
+            assert down.stderr.startswith("ctxstore: error: ") and "Traceback" not in down.stderr
     assert _cli("serve", "--http", "127.0.0.1:0", "--store", url, str(tmp_path)).returncode == 2
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import pytest
+from conftest import killed_after
 
 pytest.importorskip("mcp")
 
@@ -374,9 +375,10 @@ def test_stdout_carries_only_the_protocol(script: str, read_repo: Path) -> None:
         assert server.stdin is not None and server.stdout is not None
         server.stdin.write(json.dumps(init) + "\n")
         server.stdin.flush()
-        answer = json.loads(server.stdout.readline())
-        server.stdin.close()
-        rest = server.stdout.read()
+        with killed_after(server, 60):
+            answer = json.loads(server.stdout.readline())
+            server.stdin.close()
+            rest = server.stdout.read()
         assert server.wait(timeout=60) == 0
         assert server.stderr is not None and "serving" in server.stderr.read()
     assert answer["id"] == 1 and answer["result"]["serverInfo"]["name"] == "ctxstore"
