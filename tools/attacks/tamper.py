@@ -32,15 +32,18 @@ PACK = 0x04  # a packed leaf's value; its pack (a 16-byte seal, the framed paylo
 def _base(path: Path) -> None:
     """A repository whose main holds closed leaves (stored as leaf packs) and, in its open leaf, short
     (stored raw) and long (zstd) messages; and a fork. Leaves close where entry ids say, so messages are
-    appended until there is one of each."""
+    appended until there is one of each. The fork is made first: an append to it that closes its leaf
+    would pack the entries main's open leaf shares with it, and the attacks need them stored loose."""
     with Repository.init(path, durable=False) as repo:
         rng = random.Random(5)
         for i in range(2000):
             text = f"{MARK} {i} " + ("plain words " * rng.choice((0, 1, 60, 80)))
             repo.append("main", [{"role": "user", "content": text}])
+            if i == 0:
+                repo.commit("side", repo.history("main").fork().append({"role": "user", "content": "side"}))
             if i >= 30 and _has_every_kind(repo):
-                break
-        repo.commit("side", repo.history("main").fork().append({"role": "user", "content": "side"}))
+                return
+        raise RuntimeError("2,000 messages made no leaf pack, or no raw or zstd entry in the open leaf")
 
 
 def _has_every_kind(repo: Repository) -> bool:
