@@ -16,7 +16,7 @@ import ctxstore.agents.anthropic as anthropic_adapter
 from ctxstore import Repository
 from ctxstore.agents.anthropic import anthropic_model
 from ctxstore.cli import cli
-from ctxstore.cli._agent import AGENT_COMMANDS, chat, compact
+from ctxstore.cli._agent import chat, compact
 
 
 def full_cli() -> click.Group:
@@ -202,4 +202,5 @@ def test_the_commands_run_on_their_own_with_ctxstore_dir_or_the_repo_option(repo
                                                  "--keep-recent", "0"], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["compacted"] is True
-    assert compact in AGENT_COMMANDS and chat in AGENT_COMMANDS
+    main = click.Context(cli)
+    assert cli.get_command(main, "compact") is compact and cli.get_command(main, "chat") is chat

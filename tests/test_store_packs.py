@@ -277,8 +277,8 @@ def test_a_pack_has_the_layout_docs_storage_md_gives() -> None:
     leaf_node = SeqNode(level=0, items=[[f"e{n}", object_id(e)] for n, e in enumerate(entries)])
     leaf_bytes = encode_object(leaf_node)[1]
     leaf = object_id(leaf_bytes)
-    marker, value = packs.pack_value(leaf, leaf_bytes, [(e, packs.chat_message_at(e)) for e in entries],
-                                     [b"a blob"], lambda payload: b"\x00" + payload)
+    made = packs.pack_payload(leaf_bytes, [(e, packs.chat_message_at(e)) for e in entries], [b"a blob"])
+    marker, value = packs.leaf_marker(leaf_bytes), packs.pack_record(leaf, made, b"\x00" + made)
     assert marker == bytes([packs.LEAF_PACK]) + len(leaf_bytes).to_bytes(4, "big")
     payload = value[packs.FRAMED_AT + 1:]
     heads = [e[:packs.chat_message_at(e)] for e in chat] + [other]

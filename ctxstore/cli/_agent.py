@@ -1,7 +1,7 @@
 """The agent commands of the `ctxstore` CLI: `chat` (a conversation recorded into a ref) and `compact`.
 
-The commands are in `AGENT_COMMANDS`; the main group names each in `ctxstore.cli.COMMANDS`. They find
-the repository the way every other command does (`--repo`, `CTXSTORE_DIR`, or `.ctxstore` in the
+The main group names each command in `ctxstore.cli.COMMANDS`. They find the repository the way every
+other command does (`--repo`, `CTXSTORE_DIR`, or `.ctxstore` in the
 current directory or a parent).
 
 A model is Anthropic's API (`anthropic_model`, which needs `ANTHROPIC_API_KEY`) or, with `--offline`,
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..agents.recording import RepositoryHistoryStrategy
     from ..repo.repository import Repository
 
-__all__ = ["AGENT_COMMANDS", "CHAT_COMMANDS", "DEFAULT_MODEL", "ENV_API_KEY", "EXIT_COMMAND", "chat",
+__all__ = ["CHAT_COMMANDS", "DEFAULT_MODEL", "ENV_API_KEY", "EXIT_COMMAND", "chat",
            "compact"]
 
 ENV_API_KEY = "ANTHROPIC_API_KEY"
@@ -330,6 +330,3 @@ def compact(ref: str, trigger_tokens: int, keep_recent: int, offline: bool,
     emit({"ref": name, "revision": revision, "previous": previous, "compacted": revision != previous,
           "size": len(after), "summarized": summarized})
 
-
-AGENT_COMMANDS: list[click.Command] = [chat, compact]
-"""The agent commands (the main group loads each by name: `ctxstore.cli.COMMANDS`)."""

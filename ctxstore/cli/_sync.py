@@ -1,6 +1,6 @@
 """The sync commands of the CLI: serve, fetch, pull, push, clone and remote add/list/remove.
 
-`SYNC_COMMANDS` lists them; the main group names each in `ctxstore.cli.COMMANDS`.
+The main group names each in `ctxstore.cli.COMMANDS`.
 Tokens for HTTP remotes come from ``--token`` or ``CTXSTORE_TOKEN``.
 
 This module is imported when one of its commands runs, and the sync layer (and the HTTP client and
@@ -40,7 +40,7 @@ from ._common import (
 if TYPE_CHECKING:
     from ..sync.client import Progress
 
-__all__ = ["ENV_TOKEN", "SYNC_COMMANDS"]
+__all__ = ["ENV_TOKEN"]
 
 ENV_TOKEN = "CTXSTORE_TOKEN"
 _token_option = click.option("--token", envvar=ENV_TOKEN, metavar="TOKEN", default=None,
@@ -375,7 +375,3 @@ def remote_remove(name: str) -> None:
     with reporting():
         current_context().repo().remote_remove(name)
     emit({"removed": name})
-
-
-SYNC_COMMANDS: list[click.Command] = [serve, fetch, pull, push, clone, remote]
-"""The commands the main `ctxstore` group registers."""

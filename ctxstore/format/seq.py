@@ -81,8 +81,6 @@ _LEAF_END = _LEVEL_KEY + b"\x00"
 _OID_HEAD = b"\x58\x20"
 
 
-
-
 def _text(value: Any) -> bytes | None:
     """The canonical bytes of a text string (head and UTF-8), or None for a non-string or a lone surrogate
     (the general encoder then says what is wrong)."""
@@ -132,8 +130,6 @@ def _encode_items(items: list[Any], level: int) -> list[bytes] | None:
                 count = cbor_head(0, second)
             append(b"\x82" + _OID_HEAD + first + count)
     return parts
-
-
 
 
 def encode_node(node: SeqNode) -> bytes | None:

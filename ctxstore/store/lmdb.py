@@ -742,7 +742,7 @@ class _Records:
                 if framed[0] not in (codec.RAW, codec.ZSTD) or rec.canonical_size(framed) > DICT_MAX_OBJECT:
                     continue
                 try:
-                    data = codec.decompress(framed, dictionaries=self._e.dicts)
+                    data = self.unframe(framed, DICT_MAX_OBJECT)
                 except EncodingError as exc:
                     raise DamagedData(f"stored record {bytes(key).hex()} is corrupt ({exc}); run `ctxstore fsck`"
                                       ) from None

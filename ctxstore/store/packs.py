@@ -53,7 +53,7 @@ from ..format.codec import array_head_at, cbor_head
 from ..ids import ObjectId, to_hex
 
 __all__ = ["FRAMED_AT", "LEAF_PACK", "MAX_BLOB", "MAX_ENTRIES", "MAX_PAYLOAD", "PACKED", "SEAL_SIZE", "chat_message_at",
-           "chat_messages", "is_pack", "leaf_marker", "pack_payload", "pack_record", "pack_value", "payload_of",
+           "chat_messages", "is_pack", "leaf_marker", "pack_payload", "pack_record", "payload_of",
            "pointer_target", "pointer_values", "split", "stored_size_of"]
 
 LEAF_PACK = 0x04
@@ -82,18 +82,10 @@ def _seal(leaf: ObjectId, payload: bytes) -> bytes:
     return blake3.blake3(leaf + payload).digest()[:SEAL_SIZE]
 
 
-def pack_value(leaf: ObjectId, leaf_bytes: bytes, entries: Sequence[tuple[bytes, int | None]],
-               blobs: Sequence[bytes], frame: Callable[[bytes], bytes]) -> tuple[bytes, bytes]:
-    """The leaf's stored value in ``objs`` and its pack's record, for a leaf packed with `entries`
-    (canonical bytes in `seq.packed_order`, each with where its message starts if it is a chat entry:
-    `chat_message_at`) and `blobs` (canonical bytes of blobs they name), its payload framed by `frame`
-    (the store's packer: raw, zstd or dictionary)."""
-    payload = pack_payload(leaf_bytes, entries, blobs)
-    return leaf_marker(leaf_bytes), pack_record(leaf, payload, frame(payload))
-
-
 def pack_payload(leaf_bytes: bytes, entries: Sequence[tuple[bytes, int | None]], blobs: Sequence[bytes]) -> bytes:
-    """The payload of a pack (`pack_value`), before it is framed and sealed."""
+    """The payload of a pack for a leaf packed with `entries` (canonical bytes in `seq.packed_order`, each
+    with where its message starts if it is a chat entry: `chat_message_at`) and `blobs` (canonical bytes
+    of blobs they name), before it is framed and sealed (`pack_record`)."""
     heads = [data if cut is None else data[:cut] for data, cut in entries]
     messages = [_NULL if cut is None else data[cut:] for data, cut in entries]
     return b"".join([cbor_head(4, 2 + len(entries) + len(blobs)), cbor_head(2, len(leaf_bytes)), leaf_bytes,
