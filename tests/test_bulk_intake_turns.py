@@ -21,6 +21,7 @@ from ctxstore import MessageHistory
 from ctxstore.errors import CtxStoreError, EncodingError, InvalidInput
 from ctxstore.format.objects import BLOB_THRESHOLD, Entry, encode_entry, encode_object, encode_turn
 from ctxstore.history.intake import intake_entry, intake_turn
+from ctxstore.store.packs import chat_message_at
 
 # Every code point, lone surrogates among them (which UTF-8 refuses), and long enough for each text head.
 _TEXT = st.text(st.characters(exclude_categories=()), max_size=40)
@@ -55,7 +56,10 @@ def test_a_turn_laid_out_directly_has_the_codecs_bytes_or_is_left_to_it(
         with pytest.raises(EncodingError):
             encode_entry(entry)
         return
-    assert encode_turn(entry_id, kind, role, content) == expected
+    turn = encode_turn(entry_id, kind, role, content)
+    assert turn is not None and turn[:2] == expected
+    # Where the message starts, as a leaf pack's writer would read it from the bytes (or None with it).
+    assert turn[2] == chat_message_at(expected[1])
     assert encode_entry(entry) == expected
 
 
@@ -65,7 +69,8 @@ def test_every_text_head_length_is_laid_out_canonically(size: int) -> None:
     text = "é" * (size // 2) + "x" * (size % 2)  # `size` UTF-8 bytes in fewer characters
     for entry_id, role, content in [(text or "i", "user", "c"), ("i", text, "c"), ("i", "user", text)]:
         expected = encode_object(Entry(entry_id, "turn", {"role": role, "content": content}))
-        assert encode_turn(entry_id, "turn", role, content) == expected
+        turn = encode_turn(entry_id, "turn", role, content)
+        assert turn is not None and turn[:2] == expected and turn[2] == chat_message_at(expected[1])
 
 
 @settings(max_examples=400, deadline=None)
@@ -84,9 +89,12 @@ def test_a_turn_takes_the_fast_intake_to_what_the_general_path_makes(message: An
         assert not is_turn or general is None  # not a turn, or one that cannot be stored
         return
     assert is_turn and general is not None and not general.blobs
-    oid, data, entry = turn
-    same = intake_entry({"id": entry.id, "message": message})
-    assert (oid, data) == same.encoded[:2] and entry == same.entry
+    entry_id, oid, data, message_at = turn
+    same = intake_entry({"id": entry_id, "message": message})
+    assert (oid, data) == same.encoded[:2] and message_at == chat_message_at(data)
+    fast = intake_entry(message)  # the turn path of the general entry point, under a new id
+    assert fast.encoded[:2] == intake_entry({"id": fast.entry.id, "message": message}).encoded[:2]
+    entry = fast.entry
     assert entry.message == message and entry.message is not message  # a copy, in the caller's key order
     assert list(entry.message) == list(message)
 

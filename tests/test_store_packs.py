@@ -487,6 +487,59 @@ def test_a_leaf_is_packed_with_an_entry_whose_id_is_wrong_only_if_its_writer_vou
             assert packed == (case == "vouched"), case
 
 
+_ROLES = st.sampled_from(["user", "assistant", "r" * 255, "r" * 256, "é" * 128, ""])
+
+
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(_ROLES, st.text(max_size=300)), min_size=1, max_size=300))
+def test_a_leaf_packs_the_same_whether_its_writer_said_where_the_messages_start_or_not(
+        tmp_path_factory: pytest.TempPathFactory, turns: list[tuple[str, str]]) -> None:
+    """`write_objects(message_at=...)`: what a history says of the entries it laid out is what the packer
+    reads from their layout, so the packs are the same bytes either way (roles of every head length,
+    and ids and roles past 255 bytes, for which it says nothing)."""
+    history = MessageHistory().extend([{"role": role, "content": content} for role, content in [("user", ""), *turns]])
+    pending, said = history.workspace.pending(), history.workspace.message_at()
+    assert said and set(said) <= {oid for oid, _ in pending}
+    held = []
+    for hinted in (True, False):
+        root = tmp_path_factory.mktemp("hinted" if hinted else "read")
+        with LmdbStore(root, durable=False, auto_dictionary=False) as store:
+            with store.transaction(write=True) as txn:
+                txn.write_objects(pending, hashed=True, message_at=said if hinted else None)
+            held.append(_packs_held(store))
+            assert MessageHistory(source=store, head=history.revision_id).render() == history.render()
+    assert held[0] == held[1]
+
+
+def test_where_a_writer_said_a_message_starts_is_dropped_with_its_vouch(tmp_path: Path) -> None:
+    """A message start said with a vouch is used (a wrong one stores a pack that does not read back) until
+    the same id is written again without it, or deleted: then the packer reads the entry's layout."""
+    entry = _chat_entry(0)
+    oid = object_id(entry)
+    leaf = encode_object(SeqNode(level=0, items=[["e0", oid]]))[1]
+    wrong = {oid: 3}
+    cases = ("kept", "written plain", "written vouched, nothing said", "deleted, written vouched")
+    for case in cases:
+        with LmdbStore(tmp_path / case, durable=False, auto_dictionary=False) as store:
+            with store.transaction(write=True) as txn:
+                txn.write_objects([(oid, entry)], hashed=True, message_at=wrong)
+                if case == "written plain":
+                    txn.write_objects([(oid, entry)])
+                elif case == "written vouched, nothing said":
+                    txn.write_objects([(oid, entry)], hashed=True)
+                elif case.startswith("deleted"):
+                    txn.delete_objects([oid])
+                    txn.write_objects([(oid, entry)], hashed=True)
+                txn.write_objects([(object_id(leaf), leaf)], hashed=True)
+            assert _value(store, object_id(leaf))[0] == packs.LEAF_PACK, case
+            lmdb_store._PACKS.clear()
+            if case == "kept":
+                with pytest.raises(DamagedData):
+                    store.get(oid)
+            else:
+                assert store.get(oid) == entry, case
+
+
 def test_a_commit_vouches_for_what_its_history_made_and_not_for_what_it_copied(tmp_path: Path) -> None:
     """`Workspace.copied` are the objects a commit writes without a vouch: bytes taken from another
     history's workspace (a rebase replays its entries); everything else the history hashed itself."""

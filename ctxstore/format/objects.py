@@ -366,7 +366,7 @@ def encode_entry(entry: Entry) -> tuple[ObjectId, bytes]:
                 content := message.get("content")) is str:
             encoded = encode_turn(entry.id, entry.kind, role, content)
             if encoded is not None:
-                return encoded
+                return encoded[:2]
         elif all(type(k) is str and type(v) is str for k, v in message.items()):
             try:
                 ident = entry.id.encode("utf-8")
@@ -380,10 +380,13 @@ def encode_entry(entry: Entry) -> tuple[ObjectId, bytes]:
     return encode_object(entry)
 
 
-def encode_turn(entry_id: str, kind: str, role: str, content: str) -> tuple[ObjectId, bytes] | None:
+def encode_turn(entry_id: str, kind: str, role: str, content: str) -> tuple[ObjectId, bytes, int | None] | None:
     """`encode_entry` of an entry of `kind` with no meta or sources whose message is ``{"role": role,
     "content": content}``, every byte laid out here: the one shape of a bulk import, for which CBOR's
-    canonical encoder (it sorts every map's keys) would cost more than this whole layout.
+    canonical encoder (it sorts every map's keys) would cost more than this whole layout. With the id and
+    the bytes, where the message starts in them (it runs to their end) when the id and the role are each
+    1 to 255 bytes (what a leaf pack's writer reads of an entry's layout, `store.packs.chat_message_at`,
+    which a writer that laid the bytes out may say instead: `Transaction.write_objects`), else None.
 
     None for what the codec must refuse, saying where (text with a lone surrogate), or an entry over the
     object size limit: `encode_object` then says what is wrong.
@@ -395,12 +398,13 @@ def encode_turn(entry_id: str, kind: str, role: str, content: str) -> tuple[Obje
     except UnicodeEncodeError:
         return None
     # Canonical key order: "role" before "content" (shorter first).
-    data = b"".join((_ENTRY_START, cbor_head(3, len(ident)), ident, _ENTRY_MIDDLE[kind],
-                     b"\xa2drole", cbor_head(3, len(role_text)), role_text,
+    head = b"".join((_ENTRY_START, cbor_head(3, len(ident)), ident, _ENTRY_MIDDLE[kind]))
+    data = b"".join((head, b"\xa2drole", cbor_head(3, len(role_text)), role_text,
                      b"gcontent", cbor_head(3, len(content_text)), content_text))
     if len(data) > MAX_OBJECT_SIZE:
         return None
-    return object_id(data), data
+    laid_out = len(head) if 0 < len(ident) < 256 and len(role_text) < 256 else None
+    return object_id(data), data, laid_out
 
 
 def entry_message(data: bytes) -> dict[str, Any] | None:

@@ -175,10 +175,10 @@ class Graph:
             turn = intake_turn(value) if turns else None
             if turn is not None:
                 # A chat turn (most of an import): a new id, so nothing to check, and no blobs.
-                oid, data, entry = turn
-                seen[entry.id] = oid
-                out.append((entry.id, oid))
-                ws.put_encoded(oid, data, entry)
+                entry_id, oid, data, message_at = turn
+                seen[entry_id] = oid
+                out.append((entry_id, oid))
+                ws.put_made(oid, data, message_at)
                 continue
             entry, encoded, blobs, explicit = intake_entry(value, kind=kind, sources=sources)
             oid = encoded[0]

@@ -107,13 +107,15 @@ class Intake(NamedTuple):
     explicit: bool
 
 
-def intake_turn(value: Any) -> tuple[ObjectId, bytes, Entry] | None:
+def intake_turn(value: Any) -> tuple[str, ObjectId, bytes, int | None] | None:
     """A chat turn given as its message (a text role and a text content under the blob threshold: most
-    of an import) as its encoded entry under a new id, or None for any other input.
+    of an import) as a new entry id with the entry's oid, bytes and where its message starts in them
+    (`encode_turn`), or None for any other input.
 
     What `intake_entry` makes of such a message, without its general work: there is nothing to copy
     deeply, check or take out as a blob, and the entry's bytes are laid out directly (`encode_turn`).
-    Text the codec refuses is None too, so that the general path says where it goes wrong.
+    No `Entry` is made: an import's entries are written, not read back, and a reader of one decodes it
+    from its bytes. Text the codec refuses is None too, so that the general path says where it goes wrong.
     """
     if type(value) is not dict or len(value) != 2:
         return None
@@ -124,8 +126,7 @@ def intake_turn(value: Any) -> tuple[ObjectId, bytes, Entry] | None:
     encoded = encode_turn(entry_id, "turn", role, content)
     if encoded is None:
         return None
-    oid, data = encoded
-    return oid, data, Entry(entry_id, "turn", dict(value))
+    return entry_id, *encoded
 
 
 def intake_entry(value: Any, *, kind: str | None = None, sources: list[str] | None = None) -> Intake:
@@ -133,7 +134,8 @@ def intake_entry(value: Any, *, kind: str | None = None, sources: list[str] | No
     if sources is None and kind in (None, "turn"):
         turn = intake_turn(value)
         if turn is not None:
-            return Intake(turn[2], turn, [], False)
+            entry = Entry(turn[0], "turn", dict(value))
+            return Intake(entry, (turn[1], turn[2], entry), [], False)
     value = intake_copy(value)
     if not isinstance(value, dict):
         raise InvalidInput(f"an entry is a message dict or {{'message': ...}}, not {type(value).__name__}")

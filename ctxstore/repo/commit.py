@@ -134,10 +134,12 @@ def _commit_many(store: TransactionalStore, lineage: Lineage, updates: Mapping[s
     pending: dict[ObjectId, bytes] = {}
     foreign: set[ObjectId] = set()
     copied: set[ObjectId] = set()
+    message_at: dict[ObjectId, int] = {}
     for h, head in zip(updates.values(), heads.values(), strict=True):
         made = h.workspace.pending()
         pending.update(made)
         copied |= h.workspace.copied()
+        message_at.update(h.workspace.message_at())
         rev = h.workspace.cached(head)
         if isinstance(rev, Revision):
             lineage.note(head, rev.parent)  # spares the fast-forward check a parse
@@ -161,7 +163,7 @@ def _commit_many(store: TransactionalStore, lineage: Lineage, updates: Mapping[s
                             or lineage.known_descent(head, current, pending)):
                         raise _Moved(ref, full, current)
                     moves[full] = (current, head)
-                _write_objects(txn, pending, foreign, copied)
+                _write_objects(txn, pending, foreign, copied, message_at)
                 forced: dict[str, tuple[Expected, ObjectId | None]] = {}
                 for name, oid in (set_refs or {}).items():
                     if name in moves:
@@ -229,14 +231,15 @@ def commit_rebasing(store: TransactionalStore, lineage: Lineage, ref: str, histo
 
 
 def _write_objects(txn: Transaction, pending: dict[ObjectId, bytes], foreign: set[ObjectId],
-                   copied: set[ObjectId]) -> None:
+                   copied: set[ObjectId], message_at: Mapping[ObjectId, int]) -> None:
     """Write the pending objects; one made over another source must not point at an absent object.
 
     A history loaded from this store only points at objects it read here or made itself, so only
     objects made over another source need their references checked (and those the store holds are
     not rewritten). The store skips, and re-stamps, any other object it already holds, so nothing
     made here is looked up beforehand: the insert is the only search. A history hashed the bytes of
-    every object it made to its id (`Workspace.copied` are the others), and says so to the store.
+    every object it made to its id (`Workspace.copied` are the others), and says so to the store, with
+    where the message starts in the entries it laid out itself (`Workspace.message_at`).
     """
     held: set[ObjectId] = set()
     for oid in foreign:
@@ -252,6 +255,6 @@ def _write_objects(txn: Transaction, pending: dict[ObjectId, bytes], foreign: se
                     f"object {to_hex(oid)} refers to {to_hex(ref)}, which neither the history nor the "
                     "store holds; load the history from this repository (or import it whole) and retry")
     txn.write_objects(((oid, data) for oid, data in pending.items() if oid not in held and oid not in copied),
-                      hashed=True)
+                      hashed=True, message_at=message_at)
     if copied:
         txn.write_objects((oid, data) for oid, data in pending.items() if oid not in held and oid in copied)

@@ -16,7 +16,7 @@ them the commit fails with `StoreError` instead of applying decisions made on st
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -325,6 +325,9 @@ class WriteSet:
     hashed: set[ObjectId] = field(default_factory=set)
     """Objects of `objects` whose writer made their id by hashing exactly those bytes (`write_objects`):
     a backend that stands a check of its own in for the read's (a leaf pack's seal) need not hash them."""
+    message_at: dict[ObjectId, int] = field(default_factory=dict)
+    """Of the `hashed` entries, those whose writer also said where their message starts in their bytes
+    (`packs.chat_message_at`'s answer, which a backend packing them need not read from their layout)."""
     refs: dict[str, ObjectId | None] = field(default_factory=dict)
     reflog_cleared: set[str] = field(default_factory=set)
     """Reflogs deleted before this transaction's appends (which `reflog_appends` then holds)."""
@@ -523,10 +526,12 @@ class Transaction:
                 new += 1
             w.deleted.discard(oid)
             w.hashed.discard(oid)
+            w.message_at.pop(oid, None)
             w.objects[oid] = data
         return new
 
-    def write_objects(self, objects: Iterable[tuple[ObjectId, bytes]], *, hashed: bool = False) -> None:
+    def write_objects(self, objects: Iterable[tuple[ObjectId, bytes]], *, hashed: bool = False,
+                      message_at: Mapping[ObjectId, int] | None = None) -> None:
         """Write objects (id, canonical bytes) without first looking up which the store holds.
 
         The same effect as `put_objects` (a held object keeps its bytes and gets a fresh write time),
@@ -536,11 +541,14 @@ class Transaction:
         `hashed` vouches that the caller made each id by hashing exactly the bytes given (as a history
         does for the objects it encodes), so a backend need not hash them again where it checks ids
         when writing; a wrong vouch stores bytes under an id they do not have. Without it, any check
-        the backend makes is made.
+        the backend makes is made. With it, `message_at` may say, for entries the caller laid out as chat
+        entries, where their message starts (exactly what `packs.chat_message_at` reads from the bytes);
+        a wrong one stores a leaf pack that does not read back.
         """
         w = self._writeset()
         held, deleted = w.objects, w.deleted
-        vouched = w.hashed
+        vouched, laid_out = w.hashed, w.message_at
+        message_at = message_at if hashed and message_at else None
         for oid, data in objects:
             if type(oid) is not bytes or len(oid) != OID_SIZE:
                 check_oid(oid)  # raises, saying what is wrong
@@ -552,8 +560,13 @@ class Transaction:
                 deleted.discard(oid)
             if hashed:
                 vouched.add(oid)
+                if message_at is not None and oid in message_at:
+                    laid_out[oid] = message_at[oid]
+                elif laid_out:
+                    laid_out.pop(oid, None)
             elif vouched:
                 vouched.discard(oid)
+                laid_out.pop(oid, None)
             held[oid] = data
 
     def delete_objects(self, oids: Iterable[ObjectId]) -> int:
@@ -566,6 +579,7 @@ class Transaction:
                 gone += 1
             w.objects.pop(oid, None)
             w.hashed.discard(oid)
+            w.message_at.pop(oid, None)
             w.deleted.add(oid)
         return gone
 

@@ -557,7 +557,7 @@ class _Records:
             payloads.clear()
             unframed = 0
 
-        node_start = seq.NODE_START
+        node_start, laid_out, chat_message_at = seq.NODE_START, w.message_at, packs.chat_message_at
         for oid, data in written.items():
             if not data.startswith(node_start):
                 continue
@@ -567,7 +567,9 @@ class _Records:
             entries = self._pack_entries(order, w, packs.MAX_PAYLOAD - len(data))
             if entries is None:
                 continue
-            cuts = [packs.chat_message_at(entry) for entry in entries]
+            # Where each message starts: as the writer that laid the entry out said, or read from its layout.
+            cuts = [laid_out[oid] if oid in laid_out else chat_message_at(entry)
+                    for oid, entry in zip(order, entries, strict=True)]
             blobs = self._pack_blobs([e for e, cut in zip(entries, cuts, strict=True) if cut is None], w,
                                      pointers, packs.MAX_PAYLOAD - len(data) - sum(map(len, entries)),
                                      packs.MAX_ENTRIES - len(entries))
