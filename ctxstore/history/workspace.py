@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from ..errors import InvalidObject, MissingObject
@@ -250,6 +251,11 @@ class Workspace:
 
     def forget(self, oids: Iterable[ObjectId]) -> None:
         """Drop pending objects that are now in `source` (after a commit wrote them)."""
+        if isinstance(oids, AbstractSet) and self._pending.keys() <= oids:
+            self._pending.clear()  # all of them (a bulk import's hundred thousand)
+            self._copied.clear()
+            self._message_at.clear()
+            return
         for oid in oids:
             self._pending.pop(oid, None)
             self._copied.discard(oid)

@@ -189,7 +189,7 @@ def _commit_many(store: TransactionalStore, lineage: Lineage, updates: Mapping[s
                        "commit again")
     for h in updates.values():
         if h.workspace.source is store:
-            h.workspace.forget(pending)
+            h.workspace.forget(pending.keys())
     return [CommitResult(full, hex_or_none(old), to_hex(new)) for full, (old, new) in moves.items()]
 
 

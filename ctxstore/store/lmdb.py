@@ -518,20 +518,23 @@ class _Records:
         # commit's at once (a bulk import's thousands on every core).
         packed, pointers = self.leaf_packs(
             w, lambda payloads: codec.compress_many(payloads, dictionary=dictionary, dict_id=dict_id))
-        out: list[tuple[ObjectId, bytes]] = []
+        out: list[tuple[ObjectId, bytes, bytes | None]] = []
         record, may_be_delta = rec.object_record, revisions.may_be_delta
         for oid, data in w.objects.items():
             value = packed[oid][0] if oid in packed else None
             if value is None:
                 if oid in pointers:
-                    continue  # its record is the pointer `apply` writes
+                    continue  # its record is the pointer, below
                 value = self.delta_value(oid, data, w, depths) if may_be_delta(data) else None
                 if value is None:
                     value = small(data) if len(data) <= DICT_MAX_OBJECT else large(data)
-            out.append((oid, record(oid, time, value)))
-        return _Prepared(sorted([(oid, record, False) for oid, record in out]
-                                + [(oid, pointer, True) for oid, pointer in pointers.items()]),
-                         sorted((rec.object_key(oid), pack) for oid, (_, pack) in packed.items()))
+            out.append((oid, record(oid, time, value), None))
+        written = w.objects
+        # (`rec.object_record` of each pointer, written out: a bulk import makes one per entry)
+        out.extend((oid, time + oid[rec.KEY_SIZE:] + pointer if oid in written else b"", pointer)
+                   for oid, pointer in pointers.items())
+        out.sort(key=lambda write: write[0])
+        return _Prepared(out, sorted((rec.object_key(oid), pack) for oid, (_, pack) in packed.items()))
 
     def leaf_packs(self, w: WriteSet, frame: Callable[[list[bytes]], list[bytes]]
                    ) -> tuple[dict[ObjectId, tuple[bytes, bytes]], dict[ObjectId, bytes]]:
@@ -590,6 +593,9 @@ class _Records:
     def _pack_entries(self, order: list[ObjectId], w: WriteSet, room: int) -> list[bytes] | None:
         """The canonical bytes of the entries a leaf packs, each checked against its id, or None if one
         is missing, damaged, or they are more than `room` bytes together."""
+        if w.hashed.issuperset(order):  # all written here, and vouched for (a bulk import's): no check
+            written = [w.objects[oid] for oid in order]
+            return written if sum(map(len, written)) <= room else None
         entries: list[bytes] = []
         total = 0
         for entry in order:
@@ -652,17 +658,17 @@ class _Records:
                     self._unpack_survivors(oid, w.deleted)
                     txn.delete(rec.object_key(oid), db=dbs[rec.PACKS])
                 txn.delete(rec.object_key(oid), db=objs)
-        put, key, framed, written = txn.put, rec.object_key, rec.object_record, w.objects
+        put, size = txn.put, rec.KEY_SIZE
         for pack_key, pack in prepared.packs:
             put(pack_key, pack, db=dbs[rec.PACKS])
-        for oid, value, pointer in prepared.writes:
-            if not pointer:
-                if not put(key(oid), value, db=objs, overwrite=False):
+        for oid, record, pointer in prepared.writes:
+            if pointer is None:
+                if not put(oid[:size], record, db=objs, overwrite=False):
                     self._restamp(oid, time)
-            elif oid not in written:
-                self._point(oid, value, None)
-            elif not put(key(oid), framed(oid, time, value), db=objs, overwrite=False):
-                self._point(oid, value, time)  # held already: as it is, or a record of its own
+            elif not record:
+                self._point(oid, pointer, None)  # held, not written here: its record may become the pointer
+            elif not put(oid[:size], record, db=objs, overwrite=False):
+                self._point(oid, pointer, time)  # held already: as it is, or a record of its own
         _set_or_delete(txn, dbs[rec.REFS], w.refs)
         reflog = dbs[rec.REFLOG]
         for name in w.reflog_cleared:
@@ -765,10 +771,11 @@ class _Records:
 class _Prepared:
     """What `_Records.prepare` made of a transaction's objects, in key order (B-tree pages filled in
     order are filled full; a large commit into a new store takes about a third fewer pages): each
-    object's record, or (True) the pointer value of an object a leaf pack it writes holds, which `apply`
-    writes seeing what the object's record is."""
+    object's id and record, with, for an object a leaf pack it writes holds, the pointer value that
+    record holds (empty for an object this transaction does not write: `apply` writes the pointer seeing
+    what its record is)."""
 
-    writes: list[tuple[ObjectId, bytes, bool]]
+    writes: list[tuple[ObjectId, bytes, bytes | None]]
     packs: list[tuple[bytes, bytes]]
     """The packs of the leaves it packs, by record key, for the ``packs`` database."""
 
