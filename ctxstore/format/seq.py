@@ -432,8 +432,8 @@ def build(items: Iterable[Item], put: PutNode) -> Spine:
     return append([[]], items, put)
 
 
-def append(spine: Spine, items: Iterable[Item], put: PutNode) -> Spine:
-    """Append items to a list's tree; returns the new spine. Reads nothing.
+def append(spine: Spine, items: Iterable[Sequence[Any]], put: PutNode) -> Spine:
+    """Append leaf items ([entry id, oid or None]) to a list's tree; returns the new spine. Reads nothing.
 
     The items are cut on the leaf level after the spine's leaf; the chunks that end at a cut are the
     nodes that will never change again, and are written; their refs go up a level and are cut the same

@@ -194,7 +194,7 @@ class MessageHistory:
             puts.append(node)
             return ws.put(node)
 
-        root = seq.append(rev.seq, [[i, o] for i, o in made], put)
+        root = seq.append(rev.seq, made, put)
         op = {"type": "append", "entryIds": [i for i, _ in made], "entries": [o for _, o in made]}
         return self._new_revision(op, root, rev.size + len(made), created_at, closed=bool(puts))
 
