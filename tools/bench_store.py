@@ -299,22 +299,25 @@ pages per commit (10 at least), against 3 for the raw single put into its small 
 the commit and the ratio to the raw put is near 1; when a flush is fast, what remains is that CPU and
 those pages. Going below needs fewer pages per commit (one random insert instead of two) or a one-flush
 commit (docs/storage.md, Durability)."""
-BULK_NOTE = """Bulk import, by part (100,000 messages into a new durable repository, measured apart in one process,
-nine runs over an hour in which this machine's speed moved by a third): building the history
-(`MessageHistory.extend`, one call) took 0.8-1.3 s and committing it 1.4-1.9 s; `import_messages` adds
-checking the list as the Messages API would and comparing it with the view. The build: a chat turn (a
-text role and content under the blob threshold) is laid out directly (`intake.intake_turn`,
-`objects.encode_turn`: no deep copy, only the message goes through CBOR), entry ids share their digits
-but the last two, spelled once per millisecond and 1,024 ids, and the cyclic garbage collector is paused
-during the extend and the commit. The commit: a commit bringing 512 objects or more to a store without a
-dictionary trains one on 2,000 of its objects first (0.1 s); its records are made once (kept for a retry
-after the map grows) and written sorted by key, so pages fill in order. Most of the commit is making the
-leaf packs: for each of about 3,200 closed leaves, its entry ids read from its bytes, its entries'
-layout read (`packs.chat_message_at`), the pack laid out, and a pointer made for each entry; the packs
-are compressed 256 at a time with the dictionary on both cores (`codec.compress_many`, zstd's own
-threads). The entries' ids are not hashed again: the history made each by hashing its bytes and the
-commit vouches for them (`write_objects(hashed=True)`). The raw pipeline writes one record per message
-and packs nothing; the packs are what the render above is bought with, paid once per leaf."""
+BULK_NOTE = """Bulk import, by part (100,000 `tools/bench` chat messages into a new durable repository, measured apart
+in one process, five runs in turns with the tree before this change, on a machine whose speed moved by
+a third within the hour): building the history (`MessageHistory.extend`, one call) took 0.67-0.89 s
+(0.84-1.05 before) and committing it 1.10-1.37 s (1.25-1.87 before); `import_messages` adds checking the
+list as the Messages API would and comparing it with the view. The build: a chat turn (a text role and
+content under the blob threshold) is laid out directly (`intake.intake_turn`, `objects.encode_turn`: no
+deep copy, only the message goes through CBOR) and is not kept decoded (`Workspace.put_made`: 100,000
+`Entry` objects cost a sixth of a second), entry ids share their digits but the last two, spelled once
+per millisecond and 1,024 ids, and the cyclic garbage collector is paused during the extend and the
+commit. The commit: a commit bringing 512 objects or more to a store without a dictionary trains one on
+2,000 of its objects first (0.05-0.08 s); its records are made once (kept for a retry after the map
+grows) and written sorted by key, so pages fill in order. Most of the commit is making the leaf packs:
+for each of about 3,200 closed leaves, its entry ids read from its bytes, the pack laid out, and a
+pointer made for each entry; the packs are compressed 256 at a time with the dictionary on both cores
+(`codec.compress_many`, zstd's own threads: 0.2 s). The entries are neither hashed again nor read for
+their layout: the history made each id by hashing its bytes and laid the bytes out, and the commit
+vouches for the ids and says where each message starts (`write_objects(hashed=True, message_at=...)`).
+The raw pipeline writes one record per message and packs nothing; the packs are what the render above
+is bought with, paid once per leaf."""
 READ_NOTE = """How the read goes (`MessageHistory.render`, `history.entry.read_view_messages`): the view's tree is
 read a level at a time down to its leaves (in slices of 512 nodes), then the leaves 128 per read
 transaction (`store.base.read_leaves`). A closed leaf is kept in a leaf pack (docs/storage.md, Leaf

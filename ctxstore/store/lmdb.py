@@ -530,8 +530,7 @@ class _Records:
                     value = small(data) if len(data) <= DICT_MAX_OBJECT else large(data)
             out.append((oid, record(oid, time, value), None))
         written = w.objects
-        # (`rec.object_record` of each pointer, written out: a bulk import makes one per entry)
-        out.extend((oid, time + oid[rec.KEY_SIZE:] + pointer if oid in written else b"", pointer)
+        out.extend((oid, record(oid, time, pointer) if oid in written else b"", pointer)
                    for oid, pointer in pointers.items())
         out.sort(key=lambda write: write[0])
         return _Prepared(out, sorted((rec.object_key(oid), pack) for oid, (_, pack) in packed.items()))
@@ -571,8 +570,8 @@ class _Records:
             if entries is None:
                 continue
             # Where each message starts: as the writer that laid the entry out said, or read from its layout.
-            cuts = [laid_out[oid] if oid in laid_out else chat_message_at(entry)
-                    for oid, entry in zip(order, entries, strict=True)]
+            cuts = [laid_out[part] if part in laid_out else chat_message_at(entry)
+                    for part, entry in zip(order, entries, strict=True)]
             blobs = self._pack_blobs([e for e, cut in zip(entries, cuts, strict=True) if cut is None], w,
                                      pointers, packs.MAX_PAYLOAD - len(data) - sum(map(len, entries)),
                                      packs.MAX_ENTRIES - len(entries))
