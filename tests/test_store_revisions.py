@@ -25,6 +25,10 @@ def _revisions(history: MessageHistory) -> list[tuple[ObjectId, bytes]]:
     return [(oid, data) for oid, data in history.workspace.pending() if isinstance(parse_object(data), Revision)]
 
 
+def _nodes(history: MessageHistory) -> list[ObjectId]:
+    return [oid for oid, data in history.workspace.pending() if data.startswith(seq.NODE_START)]
+
+
 def _forget_cache() -> None:
     lmdb_store._REVISIONS = revisions.RevisionCache()  # a fresh process's cache: reads rebuild from disk
 
@@ -302,3 +306,24 @@ def test_a_revision_cached_with_its_bytes_stays_paired_with_them() -> None:
     cache.put(head, other)  # no bytes: replaces what `get` holds, not what was kept with the bytes
     assert cache.get(head) is other
     assert cache.with_levels(head) == (rev, levels) and cache.encoded(head) == (data, levels)
+
+
+def test_an_append_after_one_too_large_for_a_delta_is_a_delta_on_it_in_the_same_write(tmp_path: Path) -> None:
+    """An append of more entries than a leaf holds is stored whole without its lists being checked (a
+    bulk import's); one written with it that appends onto it is still a delta, with it as checkpoint."""
+    while True:  # until the last append closes no leaf (ids are random: it does 1 time in 32), so a delta
+        big = MessageHistory().extend([{"role": "user", "content": f"m{j}"} for j in range(4 * seq.LEAF_TARGET)])
+        nodes = len(_nodes(big))  # (the two share their workspace: counted before the append)
+        history = big.append({"role": "user", "content": "one more"})
+        if len(_nodes(history)) == nodes:
+            break
+    for made in (True, False):  # the append as this process vouched for it, and as read from its bytes
+        if not made:
+            revisions.MADE.take(from_hex(history.revision_id), b"")  # forgets the vouch
+        with LmdbStore(tmp_path / f"made-{made}", durable=False, auto_dictionary=False) as store:
+            store.put_many(history.workspace.pending())
+            assert _codec_of(store, from_hex(big.revision_id)) != DELTA
+            assert _codec_of(store, from_hex(history.revision_id)) == DELTA, made
+            _forget_cache()
+            for oid, data in _revisions(history):
+                assert store.get(oid) == data

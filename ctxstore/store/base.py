@@ -340,7 +340,7 @@ class WriteSet:
 
     def size_hint(self) -> int:
         """Roughly how many bytes applying this will write before compression."""
-        return (sum(len(d) + 64 for d in self.objects.values()) + 48 * len(self.deleted)
+        return (sum(map(len, self.objects.values())) + 64 * len(self.objects) + 48 * len(self.deleted)
                 + sum(len(r) + 64 for rs in self.reflog_appends.values() for r in rs)
                 + 96 * len(self.refs) + sum(len(v or b"") + 64 for v in self.config.values()))
 

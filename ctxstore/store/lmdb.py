@@ -281,6 +281,7 @@ class _Records:
             return self._made_delta(oid, data, vouched, depths)
         delta = revisions.delta_of(data)
         if delta is None:
+            depths[oid] = 0  # stored whole: a checkpoint for a child written with it
             return None
         parent_oid = delta[0]
         if revisions.closes_leaf(delta):

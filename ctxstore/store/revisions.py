@@ -64,7 +64,9 @@ def delta_of(data: bytes) -> Delta | None:
     """The delta fields of a revision's canonical bytes if it is an append onto a parent, else None.
 
     Only the exact shape of an append revision qualifies; whether the spine really is the parent's with
-    the entries appended is for the caller to check (`rebuild` and compare).
+    the entries appended is for the caller to check (`rebuild` and compare). An append of more entries
+    than a leaf holds certainly closes one (`closes_leaf`), so is stored whole: None, before its lists
+    are checked (a bulk import's names every entry it appended).
     """
     if not data.startswith(_REVISION_START):
         return None
@@ -77,7 +79,7 @@ def delta_of(data: bytes) -> Delta | None:
     if type(op) is not dict or op.keys() != _OP_KEYS or op["type"] != "append":
         return None
     ids, oids = op["entryIds"], op["entries"]
-    if not _appended(ids, oids):
+    if (type(ids) is list and len(ids) >= _WHOLE_FROM) or not _appended(ids, oids):
         return None
     return ObjectId(parent), created, ids, [ObjectId(o) for o in oids], len(data)
 
@@ -89,6 +91,7 @@ def _appended(ids: Any, oids: Any) -> bool:
 
 
 _CUT = 2**32 // seq.LEAF_TARGET
+_WHOLE_FROM = 4 * seq.LEAF_TARGET  # appended entries from which an append certainly closes a leaf
 
 
 def closes_leaf(delta: Delta) -> bool:
@@ -96,7 +99,7 @@ def closes_leaf(delta: Delta) -> bool:
     entries: more than a leaf holds, or a cut before the last of them (the chunking rule of `seq`). False
     only means the rebuild must tell."""
     _parent, _created, ids, oids, _size = delta
-    if len(ids) >= 4 * seq.LEAF_TARGET:
+    if len(ids) >= _WHOLE_FROM:
         return True
     return any(int.from_bytes(seq.leaf_hash(i, o)[:4], "big") < _CUT for i, o in zip(ids[:-1], oids[:-1], strict=True))
 
