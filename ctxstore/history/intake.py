@@ -134,8 +134,9 @@ def intake_entry(value: Any, *, kind: str | None = None, sources: list[str] | No
     if sources is None and kind in (None, "turn"):
         turn = intake_turn(value)
         if turn is not None:
-            entry = Entry(turn[0], "turn", dict(value))
-            return Intake(entry, (turn[1], turn[2], entry), [], False)
+            made_id, oid, data, _ = turn
+            entry = Entry(made_id, "turn", dict(value))
+            return Intake(entry, (oid, data, entry), [], False)
     value = intake_copy(value)
     if not isinstance(value, dict):
         raise InvalidInput(f"an entry is a message dict or {{'message': ...}}, not {type(value).__name__}")

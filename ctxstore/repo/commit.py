@@ -255,7 +255,7 @@ def _write_objects(txn: Transaction, pending: dict[ObjectId, bytes], foreign: se
                     f"object {to_hex(oid)} refers to {to_hex(ref)}, which neither the history nor the "
                     "store holds; load the history from this repository (or import it whole) and retry")
     apart = held | copied
-    txn.write_objects(((oid, data) for oid, data in pending.items() if oid not in apart) if apart else pending.items(),
-                      hashed=True, message_at=message_at)
+    made = ((oid, data) for oid, data in pending.items() if oid not in apart) if apart else pending.items()
+    txn.write_objects(made, hashed=True, message_at=message_at)
     if copied:
         txn.write_objects((oid, data) for oid, data in pending.items() if oid not in held and oid in copied)

@@ -322,12 +322,11 @@ class WriteSet:
 
     objects: dict[ObjectId, bytes] = field(default_factory=dict)
     deleted: set[ObjectId] = field(default_factory=set)
-    hashed: set[ObjectId] = field(default_factory=set)
+    hashed: dict[ObjectId, int | None] = field(default_factory=dict)
     """Objects of `objects` whose writer made their id by hashing exactly those bytes (`write_objects`):
-    a backend that stands a check of its own in for the read's (a leaf pack's seal) need not hash them."""
-    message_at: dict[ObjectId, int] = field(default_factory=dict)
-    """Of the `hashed` entries, those whose writer also said where their message starts in their bytes
-    (`packs.chat_message_at`'s answer, which a backend packing them need not read from their layout)."""
+    a backend that stands a check of its own in for the read's (a leaf pack's seal) need not hash them.
+    Each with where its message starts if the writer laid it out as a chat entry and said so
+    (`packs.chat_message_at`'s answer, which a backend packing it need not read from its layout)."""
     refs: dict[str, ObjectId | None] = field(default_factory=dict)
     reflog_cleared: set[str] = field(default_factory=set)
     """Reflogs deleted before this transaction's appends (which `reflog_appends` then holds)."""
@@ -525,8 +524,7 @@ class Transaction:
             if not (known.pop(oid) if oid in known else self.has(oid)):
                 new += 1
             w.deleted.discard(oid)
-            w.hashed.discard(oid)
-            w.message_at.pop(oid, None)
+            w.hashed.pop(oid, None)
             w.objects[oid] = data
         return new
 
@@ -546,9 +544,8 @@ class Transaction:
         a wrong one stores a leaf pack that does not read back.
         """
         w = self._writeset()
-        held, deleted = w.objects, w.deleted
-        vouched, laid_out = w.hashed, w.message_at
-        message_at = message_at if hashed and message_at else None
+        held, deleted, vouched = w.objects, w.deleted, w.hashed
+        said = (message_at or {}).get
         for oid, data in objects:
             if type(oid) is not bytes or len(oid) != OID_SIZE:
                 check_oid(oid)  # raises, saying what is wrong
@@ -559,14 +556,9 @@ class Transaction:
             if deleted:
                 deleted.discard(oid)
             if hashed:
-                vouched.add(oid)
-                if message_at is not None and oid in message_at:
-                    laid_out[oid] = message_at[oid]
-                elif laid_out:
-                    laid_out.pop(oid, None)
+                vouched[oid] = said(oid)
             elif vouched:
-                vouched.discard(oid)
-                laid_out.pop(oid, None)
+                vouched.pop(oid, None)
             held[oid] = data
 
     def delete_objects(self, oids: Iterable[ObjectId]) -> int:
@@ -578,8 +570,7 @@ class Transaction:
             if self.has(oid):
                 gone += 1
             w.objects.pop(oid, None)
-            w.hashed.discard(oid)
-            w.message_at.pop(oid, None)
+            w.hashed.pop(oid, None)
             w.deleted.add(oid)
         return gone
 

@@ -276,17 +276,14 @@ class _Records:
         Whole when its append closed a leaf (a checkpoint at the spine's shortest), when the chain would
         pass `MAX_CHAIN`, when the parent is not at hand, or when the rule does not rebuild its bytes.
         """
+        depths[oid] = 0  # stored whole unless it becomes a delta below: a checkpoint for a child written with it
         vouched = revisions.MADE.take(oid, data)
         if vouched is not None:
             return self._made_delta(oid, data, vouched, depths)
         delta = revisions.delta_of(data)
-        if delta is None:
-            depths[oid] = 0  # stored whole: a checkpoint for a child written with it
-            return None
+        if delta is None or revisions.closes_leaf(delta):
+            return None  # closing a leaf, a checkpoint: not worth rebuilding its spine to find that out
         parent_oid = delta[0]
-        if revisions.closes_leaf(delta):
-            depths[oid] = 0
-            return None  # a checkpoint: not worth rebuilding its spine to find that out
         depth = depths.get(parent_oid)
         held = None
         if depth is None:
@@ -294,7 +291,6 @@ class _Records:
             if held is None:
                 return None
             depth = held[1] if held[0] == DELTA else 0
-        depths[oid] = 0
         parent = _REVISIONS.get(parent_oid)
         if parent is None:
             written = w.objects.get(parent_oid)
@@ -330,9 +326,9 @@ class _Records:
                     made: tuple[revisions.Delta, Revision, seq.SpineBytes | None],
                     depths: dict[ObjectId, int]) -> bytes | None:
         """`delta_value` of an append this process made and vouched for (`revisions.MADE`): its bytes are
-        the rule's rebuild from its parent and hash to `oid`, so only the chain depth is left to find."""
+        the rule's rebuild from its parent and hash to `oid`, so only the chain depth is left to find
+        (`delta_value` has noted it a checkpoint, as it is unless it becomes a delta here)."""
         delta, rev, levels = made
-        depths[oid] = 0
         if revisions.closes_leaf(delta):
             return None
         depth = depths.get(delta[0])
@@ -560,7 +556,7 @@ class _Records:
             payloads.clear()
             unframed = 0
 
-        node_start, laid_out, chat_message_at = seq.NODE_START, w.message_at, packs.chat_message_at
+        node_start, said, chat_message_at = seq.NODE_START, w.hashed.get, packs.chat_message_at
         for oid, data in written.items():
             if not data.startswith(node_start):
                 continue
@@ -571,7 +567,7 @@ class _Records:
             if entries is None:
                 continue
             # Where each message starts: as the writer that laid the entry out said, or read from its layout.
-            cuts = [laid_out[part] if part in laid_out else chat_message_at(entry)
+            cuts = [chat_message_at(entry) if (cut := said(part)) is None else cut
                     for part, entry in zip(order, entries, strict=True)]
             blobs = self._pack_blobs([e for e, cut in zip(entries, cuts, strict=True) if cut is None], w,
                                      pointers, packs.MAX_PAYLOAD - len(data) - sum(map(len, entries)),
@@ -593,7 +589,7 @@ class _Records:
     def _pack_entries(self, order: list[ObjectId], w: WriteSet, room: int) -> list[bytes] | None:
         """The canonical bytes of the entries a leaf packs, each checked against its id, or None if one
         is missing, damaged, or they are more than `room` bytes together."""
-        if w.hashed.issuperset(order):  # all written here, and vouched for (a bulk import's): no check
+        if w.hashed.keys() >= set(order):  # all written here, and vouched for (a bulk import's): no check
             written = [w.objects[oid] for oid in order]
             return written if sum(map(len, written)) <= room else None
         entries: list[bytes] = []
