@@ -30,7 +30,9 @@ def is_oid(value: object) -> bool:
 
 def object_id(data: bytes) -> ObjectId:
     """The object id of canonical bytes: their blake3-256 digest."""
-    return ObjectId(blake3.blake3(data).digest())
+    # Not wrapped in `ObjectId(...)`: a NewType is the identity at run time, but calling it is a Python
+    # call, and this runs for every object a commit makes (a bulk import's hundreds of thousands).
+    return blake3.blake3(data).digest()  # type: ignore[return-value]
 
 
 def to_hex(oid: bytes) -> HexId:

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from ctxstore import MessageHistory, Repository
-from ctxstore.errors import DamagedData
-from ctxstore.format import seq
+from ctxstore.errors import CtxStoreError, DamagedData
+from ctxstore.format import codec, seq
 from ctxstore.format.objects import Entry, SeqNode, encode_object, entry_message, parse_object
 from ctxstore.ids import ObjectId, object_id
 from ctxstore.store import lmdb as lmdb_store
@@ -121,14 +121,17 @@ def test_get_leaves_gives_a_packed_leafs_chat_messages_and_none_for_other_entrie
         twin = dict(made)
         found = read_leaves(store, _leaves(made))
         for (leaf, messages_of), oid in zip(found, _leaves(made), strict=True):
-            assert leaf == twin[oid]
-            order = seq.packed_order(parse_object(leaf).items)
+            # Left out only for a leaf that names exactly its entries, all of them chat entries.
+            items = parse_object(twin[oid]).items
+            order = seq.packed_order(items)
+            assert leaf == (None if None not in messages_of and len(items) == len(order) else twin[oid])
             assert len(messages_of) == len(order)
             for entry, message in zip(order, messages_of, strict=True):
                 data = twin[entry]
                 expected = entry_message(data) if packs.chat_message_at(data) is not None else None
                 assert message == expected
         assert any(None in m for _, m in found)  # the block and the extra field are read whole
+        assert any(leaf is None for leaf, _ in found) and any(leaf is not None for leaf, _ in found)
 
 
 def test_a_view_that_names_an_entry_twice_renders_two_copies(tmp_path: Path) -> None:
@@ -287,7 +290,7 @@ def test_a_pack_has_the_layout_docs_storage_md_gives() -> None:
                 + b"".join(e[packs.chat_message_at(e):] for e in chat) + b"\xf6" + b"\x46a blob")
     assert payload == expected
     assert value[:packs.SEAL_SIZE] == blake3.blake3(leaf + payload).digest()[:16]
-    assert packs.split(leaf, payload) == [leaf_bytes, *entries, b"a blob"]
+    assert packs.split(leaf, payload) == packs.Parts(leaf_bytes, [*entries, b"a blob"], 3)
     assert packs.chat_messages(leaf, payload) == (leaf_bytes, [{"role": "user", "content": "m0"},
                                                                {"role": "user", "content": "m1"}, None])
     pointers = packs.pointer_values(leaf, [len(e) for e in entries])
@@ -298,13 +301,40 @@ def test_a_pack_has_the_layout_docs_storage_md_gives() -> None:
     assert pointers[2].hex() == "05c2fe44c7160376733138f99bd48b55a50200000042"
 
 
-def _doc_vector() -> str:
+def _doc_vector(which: int = 0) -> str:
     text = (Path(__file__).resolve().parent.parent / "docs" / "format.md").read_text()
-    block = text.split("payload framed raw (`0x00`):", 1)[1].split("```", 2)[1]
+    block = text.split("payload framed raw (`0x00`)", 1 + which)[1 + which].split("```", 2)[1]
     return "".join(block.split())
 
 
 _DOC_VECTOR = _doc_vector()
+
+
+def test_a_pack_that_leaves_out_its_leaf_has_the_layout_docs_format_md_gives(tmp_path: Path) -> None:
+    """Known-answer vector (docs/format.md, *Leaf packs*): a leaf of two chat entries, left out of its pack,
+    as the store writes it."""
+    chat = [_chat_entry(n) for n in range(2)]
+    items = [[f"e{n}", object_id(e)] for n, e in enumerate(chat)]
+    leaf_bytes = encode_object(SeqNode(level=0, items=items))[1]
+    leaf = object_id(leaf_bytes)
+    with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
+        store.put_many([*((object_id(e), e) for e in chat), (leaf, leaf_bytes)])
+        record = _pack(store, leaf)
+        payload = _payload(store, leaf)
+        assert _value(store, leaf) == packs.leaf_marker(leaf_bytes)
+        pointer = _value(store, object_id(chat[1]))
+        lmdb_store._PACKS.clear()
+        assert store.get(leaf) == leaf_bytes  # rebuilt
+    heads = [e[:packs.chat_message_at(e)] for e in chat]
+    assert payload == (b"\x84\xf6\x82" + b"".join(bytes([0x58, len(h)]) + h for h in heads)
+                       + b"".join(e[packs.chat_message_at(e):] for e in chat))
+    assert record == packs.pack_record(leaf, payload, record[packs.FRAMED_AT:])
+    if record[packs.FRAMED_AT] == 0x00:  # framed raw (a store frames as it likes): then byte for byte
+        assert record.hex() == _doc_vector(1)
+    assert packs.pack_record(leaf, payload, b"\x00" + payload).hex() == _doc_vector(1)
+    assert leaf.hex().startswith("081e3e22") and leaf.hex().endswith("f167")
+    assert packs.leaf_marker(leaf_bytes).hex() == "0400000064"
+    assert pointer.hex() == "05081e3e22656dcfb5bec44bc0806eecd4010000003a"
 
 
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
@@ -358,11 +388,11 @@ def test_any_history_reads_back_from_packs_as_from_a_store_of_one_record_each(
                                                  st.binary(min_size=32, max_size=32))), min_size=1, max_size=60))
 def test_the_pack_order_read_from_a_leafs_bytes_is_the_one_its_node_gives(
         items: list[tuple[str, bytes | None]]) -> None:
-    """`seq.packed_order_of` (what a commit reads a leaf's entries by) agrees with the decoded node's."""
+    """`seq.leaf_items_of` (what a commit reads a leaf's entries by) agrees with the decoded node's."""
     leaf = encode_object(SeqNode(level=0, items=[[i, o] for i, o in items]))[1]
-    assert seq.packed_order_of(leaf) == seq.packed_order(parse_object(leaf).items)
+    assert seq.leaf_items_of(leaf) == parse_object(leaf).items
     inner = encode_object(SeqNode(level=1, items=[[b"\x03" * 32, 2]]))[1]
-    assert seq.packed_order_of(inner) is None
+    assert seq.leaf_items_of(inner) is None
 
 
 # -- objects that hash to their ids but are not what a leaf expects (found in review) ---------------------
@@ -686,3 +716,117 @@ def test_a_bulk_import_framed_in_many_small_batches_stores_the_same(tmp_path: Pa
             lmdb_store._PACKS.clear()
             assert MessageHistory(source=store, head=history.revision_id).render() == [_chat(n) for n in range(600)]
     assert stored["one batch"] and stored["one batch"] == stored["a pack each"] == stored["by bytes"]
+
+
+# -- a leaf kept as its entries ---------------------------------------------------------------------------
+
+_ENTRY_POOL = [
+    *(encode_object(Entry(id=f"e{n}", kind="turn", message={"role": "user", "content": f"m{n}"}))[1]
+      for n in range(4)),
+    encode_object(Entry(id="e4", kind="summary", message={"role": "assistant", "content": "s"}))[1],
+    encode_object(Entry(id="e5", kind="turn", message={"role": "user", "content": "x"}, meta={"k": 1}))[1],
+    encode_object(Entry(id="e6", kind="turn", message={"role": "user", "content": [{"type": "text", "text": "b"}]},
+                        sources=["e0"]))[1],
+    encode_object(Entry(id="é" * 140, kind="turn", message={"role": "user", "content": "long id"}))[1],
+]
+
+
+def _payload(store: LmdbStore, leaf: ObjectId) -> bytes:
+    record = _pack(store, leaf)
+    return codec.decompress(record[packs.FRAMED_AT:], dictionaries=store.environment.dicts)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(picks=st.one_of(
+    st.lists(st.integers(0, len(_ENTRY_POOL) - 1), min_size=1, max_size=8, unique=True).map(
+        lambda picked: [(n, "own") for n in picked]),  # each entry once, under its own id: mostly left out
+    st.lists(st.tuples(st.integers(0, len(_ENTRY_POOL) - 1), st.sampled_from(["own", "own", "other", "none"])),
+             min_size=1, max_size=12)))
+def test_a_leaf_is_left_out_of_its_pack_exactly_when_it_is_its_entries(
+        tmp_path_factory: pytest.TempPathFactory, picks: list[tuple[int, str]]) -> None:
+    """A leaf naming pool entries (chat entries and others; under their own id, another id, or by id alone;
+    some twice) is left out of its pack exactly when it names each of its entries once, in order, under
+    its own id, and all are chat entries; either way every read gives its exact bytes, and a whole
+    view's read gives the messages without them only then."""
+    items = [[parse_object(_ENTRY_POOL[n]).id if how == "own" else f"other{n}",
+              None if how == "none" else object_id(_ENTRY_POOL[n])] for n, how in picks]
+    leaf_bytes = encode_object(SeqNode(level=0, items=items))[1]
+    leaf = object_id(leaf_bytes)
+    order = seq.packed_order(items)
+    if not order:
+        return  # names no entry: nothing to pack
+    entries = [next(e for e in _ENTRY_POOL if object_id(e) == oid) for oid in order]
+    chat = [packs.chat_message_at(e) is not None for e in entries]
+    kept_out = len(items) == len(order) and all(how == "own" for _, how in picks) and all(chat)
+    with LmdbStore(tmp_path_factory.mktemp("s") / "s", durable=False, auto_dictionary=False) as store:
+        store.put_many([*((object_id(e), e) for e in entries), (leaf, leaf_bytes)])
+        lmdb_store._PACKS.clear()  # as a new process reads
+        assert _value(store, leaf)[0] == packs.LEAF_PACK
+        assert (cbor2.loads(_payload(store, leaf))[0] is None) is kept_out
+        assert packs.names_its_entries(items, [(e, packs.chat_message_at(e)) for e in entries]) is kept_out
+        assert store.get(leaf) == leaf_bytes
+        assert store.get_many([leaf, *order]) == [leaf_bytes, *entries]
+        [(given, messages)] = store.get_leaves([leaf])
+        assert given == (None if kept_out else leaf_bytes)
+        assert messages == [entry_message(e) if is_chat else None for e, is_chat in zip(entries, chat, strict=True)]
+        event("left out" if kept_out else "kept whole")
+
+
+@settings(max_examples=300)
+@given(ident=st.text(min_size=1, max_size=300), kind=st.sampled_from(["turn", "summary"]),
+       meta=st.one_of(st.none(), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2)),
+       sources=st.one_of(st.none(), st.lists(st.text(max_size=5), max_size=2)))
+def test_an_entrys_id_is_read_from_its_layout(ident: str, kind: str, meta: dict[str, int] | None,
+                                            sources: list[str] | None) -> None:
+    try:
+        data = encode_object(Entry(id=ident, kind=kind, message={"role": "user", "content": "c"}, meta=meta,
+                                   sources=sources))[1]
+    except CtxStoreError:
+        return  # an id the codec refuses (a lone surrogate)
+    assert packs.entry_id_of(data) == ident
+    assert packs.entry_id_of(data[:5]) is None or len(ident.encode()) == 0
+    blob_like = encode_object(SeqNode(level=0, items=[[ident, None]]))[1]
+    assert packs.entry_id_of(blob_like) is None
+
+
+@given(st.binary(max_size=64))
+def test_any_bytes_give_an_id_or_none(data: bytes) -> None:
+    found = packs.entry_id_of(data)
+    assert found is None or (type(found) is str and found.encode() in data)
+
+
+def test_a_leaf_kept_as_its_entries_whose_entry_is_damaged_is_refused(tmp_path: Path) -> None:
+    """The seal stands for a leaf left out of its pack, as for its entries' ids; a pack resealed over an
+    entry that no longer rebuilds the leaf is refused on every read that rebuilds it."""
+    entries = [_chat_entry(n) for n in range(3)]
+    leaf_bytes = encode_object(SeqNode(level=0, items=[[f"e{n}", object_id(e)] for n, e in enumerate(entries)]))[1]
+    leaf = object_id(leaf_bytes)
+    with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
+        store.put_many([*((object_id(e), e) for e in entries), (leaf, leaf_bytes)])
+        payload = _payload(store, leaf)
+        assert cbor2.loads(payload)[0] is None
+        forged = payload.replace(b"m1", b"m9")
+        _put_pack(store, rec.object_key(leaf), packs.pack_record(leaf, forged, b"\x00" + forged))
+        lmdb_store._PACKS.clear()
+        with pytest.raises(DamagedData, match="do not rebuild the leaf"):
+            store.get(leaf)
+        with pytest.raises(DamagedData):
+            store.get(object_id(entries[1]))  # its bytes in the pack no longer hash to its id
+        assert store.get(object_id(entries[0])) == entries[0]  # read alone, each entry is checked alone
+
+
+def test_a_pack_that_leaves_out_a_leaf_with_an_entry_to_read_whole_is_refused(tmp_path: Path) -> None:
+    """A writer leaves a leaf out only when all its entries are chat entries, so a whole view's reader never
+    needs its items; a pack that says otherwise is damage, not a view with a hole."""
+    entries = [_chat_entry(n) for n in range(2)]
+    leaf_bytes = encode_object(SeqNode(level=0, items=[[f"e{n}", object_id(e)] for n, e in enumerate(entries)]))[1]
+    leaf = object_id(leaf_bytes)
+    with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
+        store.put_many([*((object_id(e), e) for e in entries), (leaf, leaf_bytes)])
+        assert store.get_leaves([leaf])[0][0] is None
+        forged = packs.pack_payload(None, [(entries[0], packs.chat_message_at(entries[0])), (entries[1], None)], [])
+        _put_pack(store, rec.object_key(leaf), packs.pack_record(leaf, forged, b"\x00" + forged))
+        lmdb_store._PACKS.clear()
+        with pytest.raises(DamagedData, match="not its chat entries"):
+            store.get_leaves([leaf])
+        assert store.get(leaf) == leaf_bytes  # rebuilt from the entries, which still hash to the leaf

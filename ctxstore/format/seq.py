@@ -48,11 +48,11 @@ __all__ = [
     "leaf_hash",
     "node_fault",
     "is_leaf_bytes",
+    "leaf_items_of",
     "leaf_length",
     "leaf_refs",
     "node_id",
     "packed_order",
-    "packed_order_of",
     "spine_fault",
     "splice",
     "subtrees",
@@ -698,9 +698,10 @@ def packed_order(items: list[Item]) -> list[ObjectId]:
     return list(dict.fromkeys([oid for _, oid in items if oid is not None]))
 
 
-def packed_order_of(data: bytes) -> list[ObjectId] | None:
-    """`packed_order` of a leaf given as its canonical bytes, decoded without building the node; None if
-    the bytes are not a leaf's with items of the usual shape ([text, 32-byte id or null])."""
+def leaf_items_of(data: bytes) -> list[Item] | None:
+    """The items of a leaf given as its canonical bytes, decoded without building the node (what a store
+    packing it reads: `packed_order` of them); None if the bytes are not a leaf's with items of the usual
+    shape ([text, 32-byte id or null])."""
     if not is_leaf_bytes(data):
         return None
     try:
@@ -710,16 +711,11 @@ def packed_order_of(data: bytes) -> list[ObjectId] | None:
     items = value.get("items") if type(value) is dict and value.get("level") == 0 else None
     if type(items) is not list:
         return None
-    oids: list[ObjectId] = []
     for item in items:
-        if type(item) is not list or len(item) != 2 or type(item[0]) is not str:
+        if type(item) is not list or len(item) != 2 or type(item[0]) is not str or not (
+                item[1] is None or is_oid(item[1])):
             return None
-        oid = item[1]
-        if oid is not None:
-            if not is_oid(oid):
-                return None
-            oids.append(ObjectId(oid))
-    return list(dict.fromkeys(oids))
+    return items
 
 
 def is_leaf_bytes(data: bytes) -> bool:

@@ -93,10 +93,13 @@ def read_view_messages(ws: Workspace, spine: seq.Spine,
                     items: list[Any] = [part]
                 else:
                     leaf, messages = next(leaves)
-                    if messages and type(leaf) is bytes and seq.leaf_length(leaf) == len(messages) and (
-                            None not in messages):
+                    if messages and None not in messages and (
+                            leaf is None or (type(leaf) is bytes and seq.leaf_length(leaf) == len(messages))):
                         out.extend(messages)  # every item a distinct chat entry, in the leaf's order
                         continue
+                    if leaf is None:
+                        raise DamagedData(f"stored leaf {to_hex(part)} came without its bytes or its "
+                                          "messages; run `ctxstore fsck`")
                     node = parse_object(leaf, trusted=True) if type(leaf) is bytes else leaf
                     if not isinstance(node, SeqNode) or node.level != 0:
                         raise InvalidObject(f"object {to_hex(part)} is not a leaf of the sequence tree")

@@ -14,6 +14,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, TypeVar
 
 import lmdb
@@ -51,7 +52,7 @@ a larger one keeps their encoding (a rewrite costs a decode and a compression pe
 _ITER_BATCH = 4096
 _PACKS_HELD = 32
 _PACK_CODEC = bytes([packs.LEAF_PACK])
-_PACKS: dict[tuple[bytes, bytes], list[bytes]] = {}
+_PACKS: dict[tuple[bytes, bytes], packs.Parts] = {}
 """Packs this process read lately, split into their parts, by record key and seal."""
 _TRAIN_AT: dict[str, int] = {}
 _REVISIONS = revisions.RevisionCache()
@@ -130,12 +131,12 @@ class _Records:
         if value[0] == packs.PACKED:
             key, position = packs.pointer_target(oid, value)
             parts = self.pack(key)
-            if parts is None or not 0 < position + 1 < len(parts) or len(
-                    data := parts[position + 1]) != packs.stored_size_of(value):
+            if parts is None or not 0 <= position < len(parts.objects) or len(
+                    data := parts.objects[position]) != packs.stored_size_of(value):
                 raise DamagedData(f"stored entry {to_hex(oid)} is kept in a leaf pack that does not hold it; "
                                   "run `ctxstore fsck`")
         elif value[0] == packs.LEAF_PACK:
-            data = self.pack_parts(oid)[0]
+            data = packs.leaf_bytes(oid, self.pack_parts(oid))
         elif value[0] == DELTA:
             known = _REVISIONS.encoded(oid)
             if known is not None:
@@ -150,7 +151,7 @@ class _Records:
             raise _not_its_id(oid)
         return data
 
-    def pack(self, key: bytes) -> list[bytes] | None:
+    def pack(self, key: bytes) -> packs.Parts | None:
         """The parts of the pack of the leaf whose record key is `key` (`pack_parts`), or None if there is
         none."""
         record = self._t.get(key, db=self._dbs[rec.PACKS])
@@ -166,15 +167,16 @@ class _Records:
             return None
         return self._split(rec.record_id(key, held), bytes(record))
 
-    def pack_parts(self, leaf: ObjectId) -> list[bytes]:
-        """The parts of a packed leaf's pack, the leaf's canonical bytes then the entries' and blobs' it
-        holds (`packs.split`: the seal checked), from the few this process holds split."""
+    def pack_parts(self, leaf: ObjectId) -> packs.Parts:
+        """The parts of a packed leaf's pack, the leaf's canonical bytes (or None: `packs.leaf_bytes`) and
+        the entries' and blobs' it holds (`packs.split`: the seal checked), from the few this process holds
+        split."""
         parts = self.pack(rec.object_key(leaf))
         if parts is None:
             raise DamagedData(f"stored leaf {to_hex(leaf)} is packed, but its pack is missing; run `ctxstore fsck`")
         return parts
 
-    def _split(self, leaf: ObjectId, record: bytes) -> list[bytes]:
+    def _split(self, leaf: ObjectId, record: bytes) -> packs.Parts:
         parts = packs.split(leaf, packs.payload_of(leaf, record, self.unframe))
         if len(_PACKS) >= _PACKS_HELD:
             _PACKS.clear()
@@ -192,11 +194,12 @@ class _Records:
             self.load_dicts()
         return codec.decompress(value, dictionaries=self._e.dicts, max_size=max_size)
 
-    def get_leaves(self, oids: Iterable[ObjectId]) -> list[tuple[bytes, list[Any]]]:
+    def get_leaves(self, oids: Iterable[ObjectId]) -> list[tuple[bytes | None, list[Any]]]:
         """Each leaf's canonical bytes, checked against its id, with the messages of the entries it is
-        packed with (`LeafSource`: the pack's seal checked, not each entry's id), or an empty list where
-        the leaf is not stored packed; `MissingObject` names the first leaf absent."""
-        out: list[tuple[bytes, list[Any]]] = []
+        packed with (`LeafSource`: the pack's seal checked, not each entry's id; None for the bytes of a
+        leaf that is its entries, all chat entries), or an empty list where the leaf is not stored
+        packed; `MissingObject` names the first leaf absent."""
+        out: list[tuple[bytes | None, list[Any]]] = []
         get, held = self._t.get, self._dbs[rec.PACKS]
         for oid in oids:
             check_oid(oid)
@@ -208,6 +211,9 @@ class _Records:
                 out.append((self.canonical(oid, value), []))
                 continue
             leaf, messages = packs.chat_messages(oid, packs.payload_of(oid, record, self.unframe))
+            if leaf is None:  # the leaf is its chat entries: the seal stands for it, as for their ids
+                out.append((None, messages))
+                continue
             if object_id(leaf) != oid:
                 raise _not_its_id(oid)
             out.append((leaf, messages))
@@ -529,7 +535,7 @@ class _Records:
         written = w.objects
         out.extend((oid, record(oid, time, pointer) if oid in written else b"", pointer)
                    for oid, pointer in pointers.items())
-        out.sort(key=lambda write: write[0])
+        out.sort(key=itemgetter(0))
         return _Prepared(out, sorted((rec.object_key(oid), pack) for oid, (_, pack) in packed.items()))
 
     def leaf_packs(self, w: WriteSet, frame: Callable[[list[bytes]], list[bytes]]
@@ -560,7 +566,10 @@ class _Records:
         for oid, data in written.items():
             if not data.startswith(node_start):
                 continue
-            order = seq.packed_order_of(data)  # None: not a leaf, stored as it is (a read says what is wrong)
+            items = seq.leaf_items_of(data)  # None: not a leaf, stored as it is (a read says what is wrong)
+            if items is None:
+                continue
+            order = seq.packed_order(items)
             if not order or len(order) > packs.MAX_ENTRIES or self.record(oid) is not None:
                 continue  # held already, packed or not: its objects keep what they point at
             entries = self._pack_entries(order, w, packs.MAX_PAYLOAD - len(data))
@@ -572,7 +581,10 @@ class _Records:
             blobs = self._pack_blobs([e for e, cut in zip(entries, cuts, strict=True) if cut is None], w,
                                      pointers, packs.MAX_PAYLOAD - len(data) - sum(map(len, entries)),
                                      packs.MAX_ENTRIES - len(entries))
-            payload = packs.pack_payload(data, list(zip(entries, cuts, strict=True)), [b for _, b in blobs])
+            laid_out = list(zip(entries, cuts, strict=True))
+            # A leaf that is its chat entries (a chat's) is left out of its pack, and rebuilt from them on read.
+            leaf = None if packs.names_its_entries(items, laid_out) else data
+            payload = packs.pack_payload(leaf, laid_out, [b for _, b in blobs])
             payloads.append((oid, packs.leaf_marker(data), payload))
             unframed += len(payload)
             if len(payloads) >= _FRAME_BATCH or unframed >= _FRAME_BYTES:
@@ -590,7 +602,7 @@ class _Records:
         """The canonical bytes of the entries a leaf packs, each checked against its id, or None if one
         is missing, damaged, or they are more than `room` bytes together."""
         if w.hashed.keys() >= set(order):  # all written here, and vouched for (a bulk import's): no check
-            written = [w.objects[oid] for oid in order]
+            written = list(map(w.objects.__getitem__, order))
             return written if sum(map(len, written)) <= room else None
         entries: list[bytes] = []
         total = 0
@@ -717,7 +729,7 @@ class _Records:
         frame = rec.packer(self._e.dicts.get(dict_id), dict_id)
         objs = self._dbs[rec.OBJECTS]
         into = bytes([packs.PACKED]) + rec.object_key(leaf)
-        for data in parts[1:]:
+        for data in parts.objects:
             oid = object_id(data)
             held = None if oid in doomed else self.record(oid)
             if held is None or rec.record_value(held)[:len(into)] != into:
@@ -1024,7 +1036,7 @@ class LmdbStore(BatchWrites):
         with self._reading() as records:
             return records.get_many(oids)
 
-    def get_leaves(self, oids: list[ObjectId]) -> list[tuple[bytes, list[Any]]]:
+    def get_leaves(self, oids: list[ObjectId]) -> list[tuple[bytes | None, list[Any]]]:
         """Closed leaves with the entries they are packed with (`LeafSource`), under one read transaction."""
         with self._reading() as records:
             return records.get_leaves(oids)

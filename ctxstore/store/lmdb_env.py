@@ -202,7 +202,7 @@ class Environment:
         if old:
             raise NotARepository(f"{self.path} holds objects in the old layout (databases {', '.join(old)}), "
                                  "which this ctxstore does not read; it reads only the `objs` layout of "
-                                 "repository format 5 (docs/storage.md)")
+                                 "repository format 6 (docs/storage.md)")
 
     def _open_dbs(self) -> dict[bytes, lmdb._Database]:
         dbs: dict[bytes, lmdb._Database] = {}

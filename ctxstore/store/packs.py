@@ -17,7 +17,8 @@ Records (in ``objs``, after the record's write time and id tail, `records`; and 
   big-endian);
 - the pack, in ``packs`` under the leaf's record key: ``seal`` (16 bytes), then the payload framed as
   any small object is (a codec byte: raw, zstd, or dictionary id and zstd). The payload is a canonical
-  CBOR array: the leaf's canonical bytes as a byte string; an array with a byte string per entry the
+  CBOR array: the leaf's canonical bytes as a byte string (or null for a leaf that is its chat
+  entries, `names_its_entries`: rebuilt from them, `rebuilt_leaf`); an array with a byte string per entry the
   leaf names (once each, in the order they first appear in it: `seq.packed_order`); one item per entry;
   then the canonical bytes of each blob packed with them, as byte strings. For a chat entry
   (`chat_message_at`: four fields, the message last and exactly a text role and a text content) the
@@ -29,9 +30,10 @@ Records (in ``objs``, after the record's write time and id tail, `records`; and 
   canonical size (4 bytes big-endian).
 
 The writer packs a leaf only with entries whose bytes it has checked hash to their ids, and seals the
-payload after; a read checks the seal, the leaf's bytes against its id, and (read alone) an entry's
-bytes against its own. A reader of a whole pack relies on the seal for its entries, as a delta's reader
-relies on its check (`revisions`): a record damaged anywhere is refused. Because the messages are CBOR
+payload after; a read checks the seal, the leaf's bytes (given, or rebuilt) against its id, and (read
+alone) an entry's bytes against its own. A reader of a whole pack relies on the seal for its entries,
+and for a leaf left out, as a delta's reader relies on its check (`revisions`): a record damaged
+anywhere is refused. Because the messages are CBOR
 items of the payload, a reader of the whole view decodes a pack's messages in one call
 (`chat_messages`), and the writer's layout check stands for the read's check of each entry's shape.
 docs/storage.md specifies it.
@@ -42,19 +44,23 @@ Pure functions over bytes.
 from __future__ import annotations
 
 import io
+import struct
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import blake3
 import cbor2
 
 from ..errors import DamagedData, EncodingError
 from ..format.codec import array_head_at, cbor_head
-from ..ids import ObjectId, to_hex
+from ..format.objects import SeqNode
+from ..format.seq import encode_node
+from ..ids import ObjectId, object_id, to_hex
 
-__all__ = ["FRAMED_AT", "LEAF_PACK", "MAX_BLOB", "MAX_ENTRIES", "MAX_PAYLOAD", "PACKED", "SEAL_SIZE", "chat_message_at",
-           "chat_messages", "is_pack", "leaf_marker", "pack_payload", "pack_record", "payload_of",
-           "pointer_target", "pointer_values", "split", "stored_size_of"]
+__all__ = ["FRAMED_AT", "LEAF_PACK", "MAX_BLOB", "MAX_ENTRIES", "MAX_PAYLOAD", "PACKED", "SEAL_SIZE", "Parts",
+           "chat_message_at", "chat_messages", "entry_id_of", "is_pack", "leaf_bytes", "leaf_marker",
+           "names_its_entries", "pack_payload", "pack_record", "payload_of", "pointer_target", "pointer_values",
+           "rebuilt_leaf", "split", "stored_size_of"]
 
 LEAF_PACK = 0x04
 """Codec byte of a closed leaf stored with its entries."""
@@ -79,18 +85,67 @@ _KEY_SIZE = 16  # records.KEY_SIZE (records imports this module, so the number i
 
 
 def _seal(leaf: ObjectId, payload: bytes) -> bytes:
-    return blake3.blake3(leaf + payload).digest()[:SEAL_SIZE]
+    seal = blake3.blake3(leaf)
+    seal.update(payload)  # not hashed as one concatenation: that would copy every payload once more
+    return seal.digest()[:SEAL_SIZE]
 
 
-def pack_payload(leaf_bytes: bytes, entries: Sequence[tuple[bytes, int | None]], blobs: Sequence[bytes]) -> bytes:
+def pack_payload(leaf_bytes: bytes | None, entries: Sequence[tuple[bytes, int | None]], blobs: Sequence[bytes]
+                 ) -> bytes:
     """The payload of a pack for a leaf packed with `entries` (canonical bytes in `seq.packed_order`, each
     with where its message starts if it is a chat entry: `chat_message_at`) and `blobs` (canonical bytes
-    of blobs they name), before it is framed and sealed (`pack_record`)."""
+    of blobs they name), before it is framed and sealed (`pack_record`). `leaf_bytes` is None for a leaf
+    that is its entries (`names_its_entries`): the payload then leaves it out, and a reader rebuilds it."""
     heads = [data if cut is None else data[:cut] for data, cut in entries]
     messages = [_NULL if cut is None else data[cut:] for data, cut in entries]
-    return b"".join([cbor_head(4, 2 + len(entries) + len(blobs)), cbor_head(2, len(leaf_bytes)), leaf_bytes,
+    leaf = _NULL if leaf_bytes is None else cbor_head(2, len(leaf_bytes)) + leaf_bytes
+    return b"".join([cbor_head(4, 2 + len(entries) + len(blobs)), leaf,
                      cbor_head(4, len(heads)), *[cbor_head(2, len(h)) + h for h in heads], *messages,
                      *[cbor_head(2, len(b)) + b for b in blobs]])
+
+
+def names_its_entries(items: Sequence[Sequence[Any]], entries: Sequence[tuple[bytes, int | None]]) -> bool:
+    """Whether a leaf of these items *is* the chat entries it packs (canonical bytes in
+    `seq.packed_order`, each with where its message starts: `chat_message_at`): every one a chat entry,
+    named once, in that order, under its own id (`entry_id_of`). Such a leaf is left out of its pack and
+    rebuilt from the entries when it is read alone (`rebuilt_leaf`): its items are about a third of a
+    chat pack, and their oids do not compress, while a whole view's reader needs only the messages in
+    order. A leaf with any other entry is kept: that reader needs its items, and rebuilding them would
+    hash every entry (an agent's tool outputs) to save a few percent of the pack."""
+    if len(items) != len(entries) or None in (cut for _, cut in entries):
+        return False
+    # A chat entry's id is the text right after ``a4 62 "id"`` (its layout is checked), so each is compared
+    # as bytes there: this runs for every entry a commit packs.
+    for (entry_id, _), (data, _) in zip(items, entries, strict=True):
+        text = entry_id.encode()
+        if len(text) > 255 or not data.startswith(_ID_HEADS[len(text)] + text, len(_CHAT_START)):
+            return False
+    return True
+
+
+def entry_id_of(data: bytes) -> str | None:
+    """The ``id`` of an entry from its canonical bytes' layout (a map whose first key, the shortest, is
+    ``id``), or None if they do not start so or the id is not a valid UTF-8 text."""
+    if len(data) < 5 or not 0xA0 <= data[0] <= 0xB7 or data[1:4] != b"bid":
+        return None
+    try:
+        start, end = _text_span(data, 4, 0x7B)
+        return data[start:end].decode() if end <= len(data) else None
+    except (IndexError, ValueError):
+        return None
+
+
+def rebuilt_leaf(leaf: ObjectId, entries: Sequence[bytes]) -> bytes:
+    """The canonical bytes of a leaf that is its entries (`names_its_entries`), checked against its id;
+    `DamagedData` if they do not rebuild it."""
+    ids = [entry_id_of(data) for data in entries]
+    if None in ids:
+        raise _damaged(leaf, "an entry of a leaf kept as its entries has no id")
+    data = encode_node(SeqNode(level=0, items=[[entry_id, object_id(e)] for entry_id, e in zip(ids, entries,
+                                                                                                  strict=True)]))
+    if data is None or object_id(data) != leaf:
+        raise _damaged(leaf, "its entries do not rebuild the leaf")
+    return data
 
 
 def leaf_marker(leaf_bytes: bytes) -> bytes:
@@ -154,6 +209,7 @@ def _text_span(data: bytes, at: int, widest: int) -> tuple[int, int]:
 
 
 _NULL = b"\xf6"
+_ID_HEADS = [cbor_head(3, n) for n in range(256)]  # the head of a chat entry's id, by its length in bytes
 _CHAT_START = b"\xa4bid"  # a map of four fields, the first "id"
 _TURN, _SUMMARY = (b"dkind" + bytes([0x60 + len(kind)]) + kind.encode() + b"dtypeeentrygmessage"
                    for kind in ("turn", "summary"))
@@ -178,9 +234,19 @@ def payload_of(leaf: ObjectId, record: bytes, unframe: Callable[[bytes], bytes])
     return payload
 
 
-def split(leaf: ObjectId, payload: bytes) -> list[bytes]:
-    """A sealed payload's parts as canonical bytes: the leaf's, then each entry's (what a read of one
-    entry checks against its id)."""
+class Parts(NamedTuple):
+    """A sealed pack's payload split into canonical bytes (`split`)."""
+
+    leaf: bytes | None
+    """The leaf's, or None where the pack leaves it out (`names_its_entries`): `leaf_bytes` rebuilds it."""
+    objects: list[bytes]
+    """The objects it holds, by position: its entries (in `seq.packed_order`), then its blobs."""
+    entries: int
+    """How many of `objects` are entries."""
+
+
+def split(leaf: ObjectId, payload: bytes) -> Parts:
+    """A sealed payload's parts as canonical bytes (what a read of one object checks against its id)."""
     head = array_head_at(payload, 0)
     if head is None:
         raise _damaged(leaf, "its payload is not an array")
@@ -197,13 +263,13 @@ def split(leaf: ObjectId, payload: bytes) -> list[bytes]:
             ends.append(stream.tell())
     except (cbor2.CBORDecodeError, ValueError) as exc:
         raise _damaged(leaf, f"its payload does not decode: {exc}") from None
-    if (type(leaf_bytes) is not bytes or type(heads) is not list or len(heads) > count - 2
+    if (type(leaf_bytes) not in (bytes, type(None)) or type(heads) is not list or len(heads) > count - 2
             or any(type(head) is not bytes for head in heads) or (ends[-1] if ends else at) != len(payload)):
         raise _damaged(leaf, "its payload is not a leaf and its entries")
-    parts = [leaf_bytes]
+    objects = []
     for head, end in zip(heads, ends, strict=False):
         message = payload[at:end]
-        parts.append(head if message == _NULL else head + message)
+        objects.append(head if message == _NULL else head + message)
         at = end
     try:
         blobs = cbor2.loads(b"".join([cbor_head(4, len(ends) - len(heads)), payload[at:]]))
@@ -211,22 +277,31 @@ def split(leaf: ObjectId, payload: bytes) -> list[bytes]:
         raise _damaged(leaf, f"its payload does not decode: {exc}") from None
     if type(blobs) is not list or any(type(blob) is not bytes for blob in blobs):
         raise _damaged(leaf, "its payload holds a blob that is not a byte string")
-    parts.extend(blobs)
-    return parts
+    return Parts(leaf_bytes, objects + blobs, len(heads))
 
 
-def chat_messages(leaf: ObjectId, payload: bytes) -> tuple[bytes, list[Any]]:
-    """A sealed payload decoded in one call: the leaf's canonical bytes, and the message of each entry
-    in order, where the writer found the entry a chat entry (`chat_message_at`: so a map of a text
-    role and a text content), else None (read that entry whole)."""
+def leaf_bytes(leaf: ObjectId, parts: Parts) -> bytes:
+    """The leaf's canonical bytes from its pack's parts: as the pack holds them, or rebuilt from its
+    entries (`rebuilt_leaf`, checked against its id)."""
+    return parts.leaf if parts.leaf is not None else rebuilt_leaf(leaf, parts.objects[:parts.entries])
+
+
+def chat_messages(leaf: ObjectId, payload: bytes) -> tuple[bytes | None, list[Any]]:
+    """A sealed payload decoded in one call: the leaf's canonical bytes (None where the pack leaves the
+    leaf out: `names_its_entries`, so it names its entries once each, in order, all chat entries), and
+    the message of each entry in order, where the writer found the entry a chat entry (`chat_message_at`:
+    so a map of a text role and a text content), else None (read that entry whole)."""
     try:
         parts = cbor2.loads(payload)
     except (cbor2.CBORDecodeError, ValueError) as exc:
         raise _damaged(leaf, f"its payload does not decode: {exc}") from None
-    if type(parts) is not list or len(parts) < 2 or type(parts[0]) is not bytes or type(
+    if type(parts) is not list or len(parts) < 2 or type(parts[0]) not in (bytes, type(None)) or type(
             parts[1]) is not list or len(parts[1]) > len(parts) - 2:
         raise _damaged(leaf, "its payload is not a leaf and its entries")
-    return parts[0], parts[2:2 + len(parts[1])]
+    messages = parts[2:2 + len(parts[1])]
+    if parts[0] is None and (None in messages or not messages):
+        raise _damaged(leaf, "it leaves out a leaf that is not its chat entries")
+    return parts[0], messages
 
 
 def _damaged(leaf: ObjectId, why: str) -> DamagedData:
@@ -236,7 +311,10 @@ def _damaged(leaf: ObjectId, why: str) -> DamagedData:
 def pointer_values(leaf: ObjectId, sizes: Sequence[int]) -> list[bytes]:
     """The stored values of the objects of `leaf`'s pack, of these canonical sizes, in pack order."""
     head = bytes([PACKED]) + leaf[:_KEY_SIZE]
-    return [head + bytes([position]) + size.to_bytes(_SIZE, "big") for position, size in enumerate(sizes)]
+    return [head + _PLACE(position, size) for position, size in enumerate(sizes)]
+
+
+_PLACE = struct.Struct(">BI").pack  # a pointer's tail: the position (one byte), the size (`_SIZE` bytes)
 
 
 def stored_size_of(value: bytes) -> int:
