@@ -97,9 +97,9 @@ def read_view_messages(ws: Workspace, spine: seq.Spine,
                             leaf is None or (type(leaf) is bytes and seq.leaf_length(leaf) == len(messages))):
                         out.extend(messages)  # every item a distinct chat entry, in the leaf's order
                         continue
-                    if leaf is None:
-                        raise DamagedData(f"stored leaf {to_hex(part)} came without its bytes or its "
-                                          "messages; run `ctxstore fsck`")
+                    if leaf is None:  # a source gives no bytes only with every message (`LeafSource`)
+                        raise DamagedData(f"stored leaf {to_hex(part)} was read as its entries' messages, "
+                                          "but not all of them came; run `ctxstore fsck`")
                     node = parse_object(leaf, trusted=True) if type(leaf) is bytes else leaf
                     if not isinstance(node, SeqNode) or node.level != 0:
                         raise InvalidObject(f"object {to_hex(part)} is not a leaf of the sequence tree")
