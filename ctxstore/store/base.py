@@ -556,26 +556,18 @@ class Transaction:
         None, or no key, says nothing); a wrong one stores a leaf pack that does not read back.
         """
         w = self._writeset()
-        listed = list(objects)
-        # Checked in one pass, then taken in by dictionary updates: a commit writes 100,000 objects here.
-        if not all(type(oid) is bytes and len(oid) == OID_SIZE and type(data) is bytes for oid, data in listed):
-            listed = [(oid, _as_bytes(oid, data)) for oid, data in listed]
-        written = dict(listed)  # the last bytes given for an id are the ones written, as for `put_objects`
-        if w.deleted:
-            w.deleted.difference_update(written)
-        if hashed:
-            vouched = dict(zip(written, map((message_at or {}).get, written), strict=True))
-            if w.hashed:
-                w.hashed.update(vouched)
-            else:
-                w.hashed = vouched
-        elif w.hashed:
-            for oid in written:
-                w.hashed.pop(oid, None)
-        if w.objects:
-            w.objects.update(written)
-        else:
-            w.objects = written  # the first write of a transaction (a commit's): nothing to merge
+        held, deleted, vouched = w.objects, w.deleted, w.hashed
+        said = (message_at or {}).get
+        for oid, data in objects:
+            data = _as_bytes(oid, data) if type(oid) is not bytes or len(oid) != OID_SIZE or type(
+                data) is not bytes else data
+            if deleted:
+                deleted.discard(oid)
+            if hashed:
+                vouched[oid] = said(oid)
+            elif vouched:
+                vouched.pop(oid, None)
+            held[oid] = data
 
     def delete_objects(self, oids: Iterable[ObjectId]) -> int:
         """Delete objects; returns how many were held."""
