@@ -559,8 +559,8 @@ class Transaction:
         held, deleted, vouched = w.objects, w.deleted, w.hashed
         said = (message_at or {}).get
         for oid, data in objects:
-            data = _as_bytes(oid, data) if type(oid) is not bytes or len(oid) != OID_SIZE or type(
-                data) is not bytes else data
+            if type(oid) is not bytes or len(oid) != OID_SIZE or type(data) is not bytes:
+                data = _as_bytes(oid, data)  # a bytearray or memoryview copied; a bad id or data refused
             if deleted:
                 deleted.discard(oid)
             if hashed:
