@@ -242,6 +242,16 @@ def test_decompress_refuses_a_truncated_frame() -> None:
         decompress(packed[:-5])
 
 
+def test_decompress_refuses_bytes_after_the_frame() -> None:
+    """A stored value is one frame and nothing after it (a stray piece after a leaf pack's frame is damage)."""
+    packed = compress(b"abc" * 1000)
+    assert packed[0] == codec.ZSTD
+    for read in (decompress, codec.decompressor({})):
+        assert read(packed) == b"abc" * 1000
+        with pytest.raises(EncodingError, match="unused data"):
+            read(packed + b"more")
+
+
 @pytest.mark.parametrize("value", [b"", b"\x09abc", b"\x01not zstd", b"\x02\x00\x00"])
 def test_decompress_refuses_bad_values(value: bytes) -> None:
     with pytest.raises(EncodingError):

@@ -57,6 +57,16 @@ def test_open_without_a_repository_is_not_a_repository(tmp_path: Path) -> None:
         Repository.open(tmp_path / "plain")
 
 
+def test_a_repository_of_an_earlier_format_is_refused_naming_it(tmp_path: Path) -> None:
+    """Format 6 keeps leaf packs in pieces; a repository of format 5 (each pack whole) is refused on open,
+    not read as damaged."""
+    Repository.init(tmp_path / "r", durable=False).close()
+    assert (tmp_path / "r" / "format").read_text() == "ctxstore repository 6\n"
+    (tmp_path / "r" / "format").write_text("ctxstore repository 5\n")
+    with pytest.raises(NotARepository, match="format 'ctxstore repository 5'"):
+        Repository.open(tmp_path / "r")
+
+
 def test_open_with_create_makes_a_repository_once_and_then_opens_it(tmp_path: Path) -> None:
     made = Repository.open(tmp_path / "r", create=True)
     made.append("main", [msg("kept")])

@@ -39,10 +39,16 @@ def _value(store: LmdbStore, oid: ObjectId) -> bytes:
         return rec.record_value(txn.get(rec.object_key(oid), db=env.dbs[rec.OBJECTS]))
 
 
-def _pack(store: LmdbStore, leaf: ObjectId) -> bytes:
+def _pieces(store: LmdbStore, key: bytes) -> list[tuple[bytes, bytes]]:
+    """The keys and values in ``packs`` that start with `key`, in key order."""
     env = store.environment
     with env.env.begin() as txn:
-        return bytes(txn.get(rec.object_key(leaf), db=env.dbs[rec.PACKS]))
+        return [(bytes(k), bytes(v)) for k, v in txn.cursor(db=env.dbs[rec.PACKS]) if k.startswith(key)]
+
+
+def _pack(store: LmdbStore, leaf: ObjectId) -> bytes:
+    """A leaf's pack record, its pieces joined."""
+    return b"".join(value for _, value in _pieces(store, rec.object_key(leaf)))
 
 
 def _leaves(objects: list[tuple[ObjectId, bytes]]) -> list[ObjectId]:
@@ -60,13 +66,26 @@ def _with_a_closed_leaf(count: int, onto: MessageHistory | None = None) -> tuple
     return history, messages
 
 
-def _damage(store: LmdbStore, oid: ObjectId, at: int, db: bytes = rec.OBJECTS) -> None:
+def _damage(store: LmdbStore, oid: ObjectId, at: int) -> None:
     env = store.environment
     with env.env.begin(write=True) as txn:
         key = rec.object_key(oid)
-        record = bytearray(txn.get(key, db=env.dbs[db]))
+        record = bytearray(txn.get(key, db=env.dbs[rec.OBJECTS]))
         record[at] ^= 0x01
-        txn.put(key, bytes(record), db=env.dbs[db])
+        txn.put(key, bytes(record), db=env.dbs[rec.OBJECTS])
+
+
+def _damage_pack(store: LmdbStore, leaf: ObjectId, at: int) -> None:
+    """Flip a bit of byte `at` of a leaf's pack record, in whichever of its pieces holds it."""
+    pieces = _pieces(store, rec.object_key(leaf))
+    record = bytearray(b"".join(value for _, value in pieces))
+    record[at] ^= 0x01
+    env = store.environment
+    with env.env.begin(write=True) as txn:
+        start = 0
+        for key, value in pieces:
+            txn.put(key, bytes(record[start:start + len(value)]), db=env.dbs[rec.PACKS])
+            start += len(value)
 
 
 # -- what is stored ------------------------------------------------------------------------------------
@@ -250,9 +269,9 @@ def test_damage_to_a_pack_or_a_pointer_is_refused_not_returned(tmp_path: Path, w
         leaf = _leaves(made)[0]
         entry = seq.packed_order(parse_object(dict(made)[leaf]).items)[0]
         if where == "seal":
-            _damage(store, leaf, 1, rec.PACKS)
+            _damage_pack(store, leaf, 1)
         elif where == "payload":
-            _damage(store, leaf, -3, rec.PACKS)
+            _damage_pack(store, leaf, -3)
         elif where == "pointer size":
             _damage(store, entry, -1)
         else:
@@ -299,6 +318,8 @@ def test_a_pack_has_the_layout_docs_storage_md_gives() -> None:
     assert leaf.hex().startswith("c2fe44c7") and leaf.hex().endswith("17c0")
     assert value.hex() == _DOC_VECTOR
     assert pointers[2].hex() == "05c2fe44c7160376733138f99bd48b55a50200000042"
+    assert len(value) == 355 and rec.pack_pieces(value, 4096) == [value]
+    assert rec.piece_key(leaf[:rec.KEY_SIZE], 0).hex() == "c2fe44c7160376733138f99bd48b55a500"
 
 
 def _doc_vector(which: int = 0) -> str:
@@ -610,15 +631,21 @@ def test_a_head_just_written_loads_from_the_revision_cache_as_its_bytes_would(tm
 # -- fsck: packs that nothing points at ------------------------------------------------------------------
 
 def _packs_held(store: LmdbStore) -> dict[bytes, bytes]:
+    """Each pack's record (its pieces joined) by its leaf's record key."""
     env = store.environment
+    held: dict[bytes, bytes] = {}
     with env.env.begin() as txn:
-        return {bytes(key): bytes(value) for key, value in txn.cursor(db=env.dbs[rec.PACKS])}
+        for key, value in txn.cursor(db=env.dbs[rec.PACKS]):
+            held[bytes(key[:rec.KEY_SIZE])] = held.get(bytes(key[:rec.KEY_SIZE]), b"") + bytes(value)
+    return held
 
 
 def _put_pack(store: LmdbStore, key: bytes, record: bytes) -> None:
+    """Store a pack's record under `key` as the store cuts it into pieces."""
     env = store.environment
     with env.env.begin(write=True) as txn:
-        txn.put(key, record, db=env.dbs[rec.PACKS])
+        for index, piece in enumerate(rec.pack_pieces(record, env.page_size)):
+            txn.put(rec.piece_key(key, index), piece, db=env.dbs[rec.PACKS])
 
 
 def test_a_store_whose_packs_all_have_their_markers_has_no_layout_problems(tmp_path: Path) -> None:

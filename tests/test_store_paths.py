@@ -62,7 +62,8 @@ def test_a_large_first_commit_is_written_with_a_dictionary_trained_on_its_own_ob
         assert leaves and set(_codecs(store, leaves)) == {packs.LEAF_PACK}
         env = store.environment
         with env.env.begin() as txn:
-            framing = {txn.get(rec.object_key(oid), db=env.dbs[rec.PACKS])[packs.FRAMED_AT] for oid in leaves}
+            framing = {txn.get(rec.piece_key(rec.object_key(oid), 0), db=env.dbs[rec.PACKS])[packs.FRAMED_AT]
+                       for oid in leaves}
         assert framing == {codec.ZSTD_DICT}
         assert store.get_many([oid for oid, _ in made]) == [data for _, data in made]
 

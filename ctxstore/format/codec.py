@@ -422,7 +422,7 @@ def decompressor(dictionaries: Mapping[int, zstandard.ZstdCompressionDict]) -> C
         try:
             declared = content_size(frame)
             if 0 <= declared <= MAX_OBJECT_SIZE:
-                out = dctx.decompress(frame, max_output_size=MAX_OBJECT_SIZE)
+                out = dctx.decompress(frame, max_output_size=MAX_OBJECT_SIZE, allow_extra_data=False)
                 if len(out) == declared:
                     return out
         except zstandard.ZstdError:
@@ -442,7 +442,8 @@ def _unzstd(frame: bytes, dictionary: zstandard.ZstdCompressionDict | None, max_
     dctx = _decompressor(dictionary)
     try:
         if declared >= 0:
-            out = dctx.decompress(frame, max_output_size=max_size)
+            # A stored value is one frame: bytes after it are damage (a leaf pack's stray piece).
+            out = dctx.decompress(frame, max_output_size=max_size, allow_extra_data=False)
         else:
             out = _bounded_stream(dctx, frame, max_size)
     except zstandard.ZstdError as exc:

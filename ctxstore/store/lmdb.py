@@ -9,6 +9,7 @@ import the third-party `lmdb` package.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -52,6 +53,7 @@ a larger one keeps their encoding (a rewrite costs a decode and a compression pe
 _ITER_BATCH = 4096
 _PACKS_HELD = 32
 _PACK_CODEC = bytes([packs.LEAF_PACK])
+_RECOMPRESSIBLE = (bytes([codec.RAW]), bytes([codec.ZSTD]))
 _PACKS: dict[tuple[bytes, bytes], packs.Parts] = {}
 """Packs this process read lately, split into their parts, by record key and seal."""
 _TRAIN_AT: dict[str, int] = {}
@@ -154,7 +156,7 @@ class _Records:
     def pack(self, key: bytes) -> packs.Parts | None:
         """The parts of the pack of the leaf whose record key is `key` (`pack_parts`), or None if there is
         none."""
-        record = self._t.get(key, db=self._dbs[rec.PACKS])
+        record = self.read_pack(key)
         if record is None:
             return None
         # Looked up by its seal first: most reads of a packed object find the pack split already (a view's
@@ -200,10 +202,10 @@ class _Records:
         leaf that is its entries, all chat entries), or an empty list where the leaf is not stored
         packed; `MissingObject` names the first leaf absent."""
         out: list[tuple[bytes | None, list[Any]]] = []
-        get, held = self._t.get, self._dbs[rec.PACKS]
+        read_pack = self.read_pack
         for oid in oids:
             check_oid(oid)
-            record = get(rec.object_key(oid), db=held)  # the pack alone: no page of `objs` is read
+            record = read_pack(rec.object_key(oid), oid)  # the pack alone: no page of `objs` is read
             if record is None:
                 value = self.find(oid)
                 if value is None:
@@ -368,7 +370,7 @@ class _Records:
         value = self.find(oid)
         if value is None:
             return None
-        pack = self._t.get(rec.object_key(oid), db=self._dbs[rec.PACKS]) if packs.is_pack(value) else None
+        pack = self.read_pack(rec.object_key(oid), oid) if packs.is_pack(value) else None
         return len(value) + (len(pack) if pack is not None else 0)
 
     def holds_any(self, keys: Iterable[bytes]) -> bool:
@@ -376,24 +378,100 @@ class _Records:
         get, objs = self._t.get, self._dbs[rec.OBJECTS]
         return any(get(key, db=objs) is not None for key in keys)
 
+    # -- leaf packs -------------------------------------------------------------------------------------
+
+    def read_pack(self, key: bytes, leaf: ObjectId | None = None) -> bytes | None:
+        """The record of the pack under a leaf's record key (its pieces joined: `records.pack_pieces`), or
+        None if there is none; `DamagedData` naming the leaf (`leaf`, if the caller knows its id) if the
+        keys under `key` are not its pieces 0 to n-1 (`records.pieces_problem`)."""
+        cursor = self._t.cursor(db=self._dbs[rec.PACKS])
+        if not cursor.set_range(key):
+            return None
+        found, record = cursor.item()
+        if found[:rec.KEY_SIZE] != key:
+            return None
+        keys, pieces = [found], [record]
+        # `pieces_problem`'s check, inline: a render reads every pack of a view here.
+        well_formed = len(found) == rec.PIECE_KEY_SIZE and found[rec.KEY_SIZE] == 0
+        while cursor.next() and (found := cursor.key())[:rec.KEY_SIZE] == key:
+            well_formed = well_formed and len(found) == rec.PIECE_KEY_SIZE and found[rec.KEY_SIZE] == len(keys)
+            keys.append(found)
+            pieces.append(cursor.value())
+        problem = None if well_formed else rec.pieces_problem(keys)
+        if problem is not None:
+            raise self._damaged_pack(key, problem, leaf)
+        return record if len(pieces) == 1 else b"".join(pieces)
+
+    def write_pack(self, key: bytes, record: bytes) -> None:
+        """Store a pack's record under a leaf's record key, in pieces (`records.pack_pieces`), in place of
+        whatever was there (a pack rewritten shorter leaves no piece of the old one)."""
+        self.delete_pack(key)
+        put, db = self._t.put, self._dbs[rec.PACKS]
+        for index, piece in enumerate(rec.pack_pieces(record, self._e.page_size)):
+            # Put as the last key when it is (a bulk import writes its packs in key order): LMDB then leaves
+            # a full page full and starts the next, where a plain put splits it in half (a new store's
+            # ``packs`` takes a tenth fewer pages).
+            if not put(rec.piece_key(key, index), piece, db=db, append=True):
+                put(rec.piece_key(key, index), piece, db=db)
+
+    def delete_pack(self, key: bytes) -> None:
+        """Delete the pack under a leaf's record key: every key in ``packs`` that starts with it."""
+        cursor = self._t.cursor(db=self._dbs[rec.PACKS])
+        cursor.set_range(key)
+        while cursor.key().startswith(key) and cursor.delete():
+            pass
+
+    def pack_records(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every pack's leaf record key and record, in key order; `DamagedData` at one whose keys are not
+        its pieces 0 to n-1."""
+        for key, keys, pieces in self._pack_groups():
+            problem = rec.pieces_problem(keys)
+            if problem is not None:
+                raise self._damaged_pack(key, problem, None)
+            yield key, b"".join(pieces)
+
+    def _pack_groups(self) -> Iterator[tuple[bytes, list[bytes], list[bytes]]]:
+        """Every key and value in ``packs``, in key order, grouped by the leaf record key they start with."""
+        cursor = self._t.cursor(db=self._dbs[rec.PACKS])
+        for key, group in itertools.groupby(cursor, lambda item: bytes(item[0][:rec.KEY_SIZE])):
+            keys, pieces = zip(*group, strict=True)
+            yield key, list(keys), list(pieces)
+
+    def _damaged_pack(self, key: bytes, why: str, leaf: ObjectId | None) -> DamagedData:
+        """The error for a pack read under `key` that is damaged, naming its leaf by id where it is known
+        (`leaf`, or the record under `key` in ``objs``), else by `key`."""
+        if leaf is None:
+            held = self._t.get(key, db=self._dbs[rec.OBJECTS]) if len(key) == rec.KEY_SIZE else None
+            name = bytes(key).hex() if held is None else to_hex(rec.record_id(key, held))
+        else:
+            name = to_hex(leaf)
+        return DamagedData(f"stored leaf pack {name} is corrupt ({why}); run `ctxstore fsck`")
+
     def packs_bytes(self) -> int:
         """Bytes the packs of packed leaves occupy (their records in ``packs``)."""
-        return sum(len(record) for _key, record in self._t.cursor(db=self._dbs[rec.PACKS]))
+        return sum(len(piece) for _key, _keys, pieces in self._pack_groups() for piece in pieces)
 
     def orphan_packs(self) -> list[str]:
-        """One line for each record in ``packs`` whose key holds no leaf-pack marker in ``objs`` (no record
-        there, or one whose stored value is not `packs.LEAF_PACK`). One lookup in ``objs`` per pack; the
-        packs' values are not read, and the object under a pack's key is read only when it is not a marker.
+        """One line for each pack in ``packs`` whose keys are not its pieces 0 to n-1, and for each whose
+        key holds no leaf-pack marker in ``objs`` (no record there, or one whose stored value is not
+        `packs.LEAF_PACK`). One lookup in ``objs`` per pack; the object under a pack's key is read only
+        when it is not a marker.
 
-        Nothing the store writes leaves one (gc deletes a pack with its marker), so it is damage. Objects
-        whose pointers still name it read from it (each checked against its id), and a read of whole views
-        (`get_leaves`) finds a leaf's pack by its key alone, so one under a leaf stored whole is taken for
-        that leaf's pack and refused unless it is sealed for that leaf. The line says which."""
+        Nothing the store writes leaves either (it writes a pack's pieces together, and gc deletes a pack
+        with its marker), so it is damage. A read of a pack whose keys are wrong refuses it. Objects whose
+        pointers still name an orphaned pack read from it (each checked against its id), and a read of
+        whole views (`get_leaves`) finds a leaf's pack by its key alone, so one under a leaf stored whole
+        is taken for that leaf's pack and refused unless it is sealed for that leaf. The line says which."""
         get, objs = self._t.get, self._dbs[rec.OBJECTS]
         found: list[str] = []
-        for key in self._t.cursor(db=self._dbs[rec.PACKS]).iternext(keys=True, values=False):
-            key = bytes(key)
-            held = get(key, db=objs) if len(key) == rec.KEY_SIZE else None
+        for key, keys, _pieces in self._pack_groups():
+            problem = rec.pieces_problem(keys)
+            if problem is not None:
+                found.append(f"leaf pack {key.hex()} is damaged: {problem} (its leaf and the objects in it do not "
+                             "read)")
+                if len(key) != rec.KEY_SIZE:
+                    continue
+            held = get(key, db=objs)
             if held is None:
                 found.append(f"leaf pack {key.hex()} is orphaned: no object has a record under its key in "
                              "`objs` (objects that still point into it read from it)")
@@ -664,11 +742,11 @@ class _Records:
             if value is not None:
                 if packs.is_pack(value):
                     self._unpack_survivors(oid, w.deleted)
-                    txn.delete(rec.object_key(oid), db=dbs[rec.PACKS])
+                    self.delete_pack(rec.object_key(oid))
                 txn.delete(rec.object_key(oid), db=objs)
-        put, size = txn.put, rec.KEY_SIZE
         for pack_key, pack in prepared.packs:
-            put(pack_key, pack, db=dbs[rec.PACKS])
+            self.write_pack(pack_key, pack)
+        put, size = txn.put, rec.KEY_SIZE
         for oid, record, pointer in prepared.writes:
             if pointer is None:
                 if not put(oid[:size], record, db=objs, overwrite=False):
@@ -750,23 +828,30 @@ class _Records:
 
     def recompress(self, dict_id: int, dictionary: zstandard.ZstdCompressionDict) -> None:
         """Rewrite every small stored value (and pack payload) that `dictionary` shrinks with it (write
-        times kept)."""
-        for db, head in ((self._dbs[rec.OBJECTS], rec.HEAD_SIZE), (self._dbs[rec.PACKS], packs.FRAMED_AT)):
-            rewritten: list[tuple[bytes, bytes]] = []
-            for key, record in self._t.cursor(db=db):
-                framed = bytes(record[head:])
-                if framed[0] not in (codec.RAW, codec.ZSTD) or rec.canonical_size(framed) > DICT_MAX_OBJECT:
-                    continue
-                try:
-                    data = self.unframe(framed, DICT_MAX_OBJECT)
-                except EncodingError as exc:
-                    raise DamagedData(f"stored record {bytes(key).hex()} is corrupt ({exc}); run `ctxstore fsck`"
-                                      ) from None
-                better = rec.stored_value(data, dictionary, dict_id)
-                if len(better) < len(framed):
-                    rewritten.append((bytes(key), bytes(record[:head]) + better))
-            for key, record in rewritten:
-                self._t.put(key, record, db=db)
+        times kept); a pack is rewritten whole, in new pieces."""
+        objs = self._dbs[rec.OBJECTS]
+        rewritten = [(key, better) for key, record in self._t.cursor(db=objs)
+                     if (better := self._recompressed(key, record, rec.HEAD_SIZE, dict_id, dictionary))]
+        for key, record in rewritten:
+            self._t.put(key, record, db=objs)
+        repacked = [(key, better) for key, record in self.pack_records()
+                    if (better := self._recompressed(key, record, packs.FRAMED_AT, dict_id, dictionary))]
+        for key, record in repacked:
+            self.write_pack(key, record)
+
+    def _recompressed(self, key: bytes, record: bytes, head: int, dict_id: int,
+                      dictionary: zstandard.ZstdCompressionDict) -> bytes | None:
+        """`record` with the value framed after its first `head` bytes compressed with `dictionary`, or
+        None if that would not shrink it (or it is not a small raw or zstd value)."""
+        framed = bytes(record[head:])
+        if framed[:1] not in _RECOMPRESSIBLE or rec.canonical_size(framed) > DICT_MAX_OBJECT:
+            return None
+        try:
+            data = self.unframe(framed, DICT_MAX_OBJECT)
+        except EncodingError as exc:
+            raise DamagedData(f"stored record {bytes(key).hex()} is corrupt ({exc}); run `ctxstore fsck`") from None
+        better = rec.stored_value(data, dictionary, dict_id)
+        return bytes(record[:head]) + better if len(better) < len(framed) else None
 
     def put_dict(self, data: bytes) -> int:
         """Store a new zstd dictionary under the next id, which is returned."""
@@ -1100,8 +1185,9 @@ class LmdbStore(BatchWrites):
     def layout_problems(self) -> list[str]:
         """Problems in how the store keeps its objects that reading each object cannot see (`LayoutSource`),
         under one read transaction: each leaf pack in ``packs`` whose key holds no leaf-pack marker in
-        ``objs`` (docs/storage.md, *Leaf packs*). A marker without its pack, or a pointer into a missing
-        pack, fails the read of its object and is reported there."""
+        ``objs``, and each whose pieces are not under the keys of pieces 0 to n-1 (docs/storage.md, *Leaf
+        packs*). A marker without its pack, or a pointer into a missing pack, fails the read of its object
+        and is reported there."""
         with self._reading() as records:
             return records.orphan_packs()
 

@@ -158,9 +158,10 @@ class SharedLock:
 class Environment:
     """One process's handle on one LMDB environment, shared by every LmdbStore on that path.
 
-    `dbs` holds the named databases of `records.DATABASES`; `dicts` caches the zstd dictionaries read
-    from the ``dicts`` database (filled by the backend, shared by the stores on this path); `writing`
-    marks, per thread, that a write transaction is open.
+    `dbs` holds the named databases of `records.DATABASES`; `page_size` is LMDB's page size for the
+    file (the OS page size it was made with); `dicts` caches the zstd dictionaries read from the
+    ``dicts`` database (filled by the backend, shared by the stores on this path); `writing` marks, per
+    thread, that a write transaction is open.
     """
 
     def __init__(self, path: str, map_size: int, durable: bool, readonly: bool) -> None:
@@ -186,6 +187,7 @@ class Environment:
         try:
             # Slots left by processes that died inside a read transaction would pin old pages forever.
             self.env.reader_check()
+            self.page_size = int(self.env.stat()["psize"])
             self._refuse_old_layout()
             self.dbs = self._open_dbs()
         except BaseException:
@@ -265,7 +267,7 @@ class Environment:
             info = self.env.info()
             if info["map_size"] > seen:
                 return
-            used = (info["last_pgno"] + 1) * self.env.stat()["psize"]
+            used = (info["last_pgno"] + 1) * self.page_size
             step = min(max(seen, 2 * need, 1 << 20), _GROW_STEP_LIMIT)
             new = max(seen + step, used + 2 * need)
             new = -(-new // (1 << 16)) * (1 << 16)
@@ -334,7 +336,7 @@ class Environment:
 
     def file_bytes(self) -> int:
         """Bytes of the data file in use: the pages up to the last one written."""
-        return int((self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"])
+        return int((self.env.info()["last_pgno"] + 1) * self.page_size)
 
     def sync(self) -> None:
         """Flush every commit so far to disk."""

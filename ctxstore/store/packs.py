@@ -4,23 +4,26 @@ A conversation is read a view at a time, and a view is its tree's leaves in orde
 dozen entries. Stored one record per entry, reading 100,000 messages is 100,000 lookups, zstd calls and
 hashes, and each small message compresses poorly alone. So when a leaf closes (its chunk can never
 change again), the store keeps it as a *leaf pack*: one record, in a database of its own under the
-leaf's key, holding the leaf's canonical bytes and the canonical bytes of every entry it names (and of
-the blobs they name), compressed together; the leaf's record in ``objs`` becomes a marker, and each of
-the packed objects' a *pointer* to it. Packs are apart from ``objs`` so that a reader of a whole view
-looks leaves up in a small tree, and ``objs`` holds only small records. Object ids, canonical bytes and everything above
-the store are unchanged: `get` of the leaf or of an entry returns the same bytes, checked against the
-id asked for; a reader of a whole view (`get_leaves`) takes a leaf's entries from its one record.
+leaf's key (in pieces, below), holding the leaf's canonical bytes and the canonical bytes of every
+entry it names (and of the blobs they name), compressed together; the leaf's record in ``objs``
+becomes a marker, and each of the packed objects' a *pointer* to it. Packs are apart from ``objs`` so
+that a reader of a whole view looks leaves up in a small tree, and ``objs`` holds only small records.
+Object ids, canonical bytes and everything above the store are unchanged: `get` of the leaf or of an
+entry returns the same bytes, checked against the id asked for; a reader of a whole view
+(`get_leaves`) takes a leaf's entries from its one record.
 
 Records (in ``objs``, after the record's write time and id tail, `records`; and in ``packs``):
 
 - the leaf's value in ``objs``: ``LEAF_PACK`` (0x04), then the leaf's canonical size (4 bytes
   big-endian);
-- the pack, in ``packs`` under the leaf's record key: ``seal`` (16 bytes), then the payload framed as
-  any small object is (a codec byte: raw, zstd, or dictionary id and zstd). The payload is a canonical
-  CBOR array: the leaf's canonical bytes as a byte string (or null for a leaf that is its chat
-  entries, `names_its_entries`: rebuilt from them, `rebuilt_leaf`); an array with a byte string per entry the
-  leaf names (once each, in the order they first appear in it: `seq.packed_order`); one item per entry;
-  then the canonical bytes of each blob packed with them, as byte strings. For a chat entry
+- the pack, in ``packs`` under the leaf's record key, in pieces (`records.pack_pieces`: each under the
+  key and its number, joined in key order they are the record): ``seal`` (16 bytes), then the payload
+  framed as any small object is (a codec byte: raw, zstd, or dictionary id and zstd; one frame, nothing
+  after it). The payload is a canonical CBOR array: the leaf's canonical bytes as a byte string (or null
+  for a leaf that is its chat entries, `names_its_entries`: rebuilt from them, `rebuilt_leaf`); an
+  array with a byte string per entry the leaf names (once each, in the order they first appear in it:
+  `seq.packed_order`); one item per entry; then the canonical bytes of each blob packed with them, as
+  byte strings. For a chat entry
   (`chat_message_at`: four fields, the message last and exactly a text role and a text content) the
   byte string is its canonical bytes up to its message and the item is the message itself (a CBOR item
   of those bytes); for any other entry the byte string is all of its canonical bytes and the item is

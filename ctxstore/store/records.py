@@ -14,13 +14,14 @@ refs       ref name (UTF-8)                    object id (32 raw bytes)
 reflog     ref name, NUL, sequence (8 bytes)   a record (the refs layer encodes it)
 config     key (UTF-8)                         bytes
 dicts      dictionary id (4 bytes BE)          a zstd dictionary; the highest id is current
-packs      a packed leaf's key in ``objs``     its pack: seal, framed payload (see `packs`)
+packs      a packed leaf's key in ``objs``,    piece i of its pack (seal, framed payload, see
+           then piece number i (1 byte)        `packs`), split by `pack_pieces`
 =========  ==================================  ==================================================
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import zstandard
 
@@ -38,6 +39,7 @@ __all__ = [
     "OBJECTS",
     "OLD_DATABASES",
     "PACKS",
+    "PIECE_KEY_SIZE",
     "REFLOG",
     "REFS",
     "TIME_SIZE",
@@ -47,6 +49,11 @@ __all__ = [
     "name_key",
     "object_key",
     "object_record",
+    "pack_pieces",
+    "packer",
+    "piece_key",
+    "piece_max",
+    "pieces_problem",
     "record_holds",
     "record_id",
     "record_time",
@@ -57,7 +64,6 @@ __all__ = [
     "reflog_prefix",
     "reflog_seq",
     "restamped",
-    "packer",
     "stored_value",
     "value_dict_id",
 ]
@@ -229,3 +235,68 @@ def dict_key(dict_id: int) -> bytes:
 def dict_id(key: bytes) -> int:
     """The id of the dictionary stored under `key`."""
     return int.from_bytes(key, "big")
+
+
+# -- leaf packs ----------------------------------------------------------------------------------------
+
+PIECE_KEY_SIZE = KEY_SIZE + 1
+"""Bytes of a key in ``packs``: the packed leaf's key in ``objs``, then the piece's number."""
+_PAGE_HEADER = 16  # LMDB's page header, on a leaf page and on the first of a run of overflow pages
+_NODE_HEADER = 8  # LMDB's header of a key and value in a leaf page (and 2 bytes in the page's index)
+
+
+def piece_key(key: bytes, index: int) -> bytes:
+    """The key in ``packs`` of piece `index` of the pack of the leaf whose record key is `key`."""
+    return key + bytes([index])
+
+
+def piece_max(page_size: int) -> int:
+    """The longest piece `pack_pieces` cuts a pack's tail into, for LMDB pages of `page_size` bytes: half
+    the longest value LMDB keeps in a leaf page under a piece key.
+
+    LMDB 0.9 keeps a key and value in a leaf page when, with the node's 8-byte header, they come to at
+    most its ``me_nodemax``, ``((page_size - 16) / 2, rounded down to even) - 2`` bytes (2,038 for 4 KiB
+    pages: 2,013 bytes of value under a 17-byte key); a longer value goes to overflow pages of its own.
+    Pieces half that long leave less room unused at the end of a leaf page, for about 27 bytes of node
+    each: a bulk import of 100,000 messages took 3% fewer pages than with pieces of 2,013 bytes.
+    """
+    node_max = ((page_size - _PAGE_HEADER) // 2 & ~1) - 2
+    return (node_max - _NODE_HEADER - PIECE_KEY_SIZE) // 2
+
+
+def pack_pieces(record: bytes, page_size: int) -> list[bytes]:
+    """A pack's record cut into the pieces kept under `piece_key(key, 0)`, `piece_key(key, 1)`, ... in
+    ``packs`` (joined in order, they are the record), for LMDB pages of `page_size` bytes.
+
+    LMDB keeps a value too large for a leaf page in whole overflow pages (a 16-byte header, then the
+    value), so a record kept whole leaves the end of its last page unused. A record of at most `piece_max` bytes
+    is one piece. A longer one is cut into the longest prefix that fills overflow pages exactly
+    (``k * page_size - 16`` bytes for the largest such k; none when k is 0), then the rest into as few
+    nearly equal pieces of at most `piece_max` bytes as it takes (the first ones a byte longer when it
+    does not divide evenly), which LMDB keeps in leaf pages beside other packs' pieces.
+    """
+    limit = piece_max(page_size)
+    if len(record) <= limit:
+        return [record]
+    pages = (len(record) + _PAGE_HEADER) // page_size
+    at = pages * page_size - _PAGE_HEADER if pages else 0
+    pieces = [record[:at]] if at else []
+    rest = len(record) - at
+    count = -(-rest // limit)
+    for index in range(count):
+        size = rest // count + (index < rest % count)
+        pieces.append(record[at:at + size])
+        at += size
+    return pieces
+
+
+def pieces_problem(piece_keys: Sequence[bytes]) -> str | None:
+    """What is wrong with the keys found under one pack's key in ``packs`` (every key starting with it,
+    in key order), or None if they are its pieces 0 to n-1, each `PIECE_KEY_SIZE` bytes."""
+    for found in piece_keys:
+        if len(found) != PIECE_KEY_SIZE:
+            return f"a piece is under a key of {len(found)} bytes ({bytes(found).hex()}), not {PIECE_KEY_SIZE}"
+    numbers = [found[KEY_SIZE] for found in piece_keys]
+    if numbers != list(range(len(numbers))):
+        return f"its pieces are numbered {', '.join(map(str, numbers))}, not 0 to {len(numbers) - 1}"
+    return None

@@ -26,7 +26,8 @@ from ctxstore.format import codec
 KEY = 16     # objs keys are the first 16 bytes of the id
 HEAD = 22    # a record: 6 bytes of write time, the other 16 bytes of the id, then the stored value
 MARK = "tamper-target"
-PACK = 0x04  # a packed leaf's value; its pack (a 16-byte seal, the framed payload) is in `packs`
+PACK = 0x04  # a packed leaf's value; its pack (a 16-byte seal, the framed payload) is in `packs`, in pieces
+# keyed by the leaf's key in objs (KEY bytes) and the piece's number (one byte)
 
 
 def _base(path: Path) -> None:
@@ -93,7 +94,7 @@ class _Db:
         return [(k, v) for k, v in self.records(self.objs) if v[HEAD:HEAD + 1] == b"\0" and MARK.encode() in v]
 
     def packs(self) -> list[tuple[bytes, bytes]]:
-        """The packs of main's closed leaves, with their entries."""
+        """The pieces of the packs of main's closed leaves (joined in key order, each is a pack)."""
         return self.records(self.packs_db)
 
     def compressed(self) -> list[tuple[bytes, bytes]]:
@@ -123,9 +124,23 @@ def _compressed_flipped(db: _Db, rng: random.Random) -> str:
 
 def _pack_flipped(db: _Db, rng: random.Random) -> str:
     key, value = rng.choice(db.packs())
-    at = rng.randrange(16 + 1, len(value))
+    at = rng.randrange(16 + 1 if key[KEY] == 0 else 0, len(value))  # past the first piece's seal and codec
     db.put(db.packs_db, key, value[:at] + bytes([value[at] ^ 0xFF]) + value[at + 1:])
     return "a byte of a leaf pack's payload flipped"
+
+
+def _piece_deleted(db: _Db, rng: random.Random) -> str:
+    key, _ = rng.choice(db.packs())
+    db.delete(db.packs_db, key)
+    return f"piece {key[KEY]} of a leaf pack deleted"
+
+
+def _piece_moved(db: _Db, rng: random.Random) -> str:
+    key, value = rng.choice(db.packs())
+    moved = rng.choice([key + b"\0", key[:KEY], key[:KEY] + bytes([key[KEY] + 1 + rng.randrange(3)])])
+    db.delete(db.packs_db, key)
+    db.put(db.packs_db, moved, value)
+    return f"a leaf pack's piece moved from key {key.hex()} to {moved.hex()}"
 
 
 def _truncated(db: _Db, rng: random.Random) -> str:
@@ -173,6 +188,8 @@ CASES: dict[str, tuple[Callable[[_Db, random.Random], str], bool]] = {
     "object text changed": (_text_changed, True),
     "compressed object corrupted": (_compressed_flipped, True),
     "leaf pack corrupted": (_pack_flipped, True),
+    "leaf pack piece deleted": (_piece_deleted, True),
+    "leaf pack piece moved": (_piece_moved, True),
     "object truncated": (_truncated, True),
     "reachable object deleted": (_deleted, True),
     "ref at a missing object": (_ref_missing, True),
