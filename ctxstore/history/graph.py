@@ -171,25 +171,15 @@ class Graph:
         out: list[tuple[str, ObjectId]] = []
         seen: dict[str, ObjectId] = {} if made is None else made
         turns = sources is None and kind in (None, "turn")
-        # Chat turns (most of an import) are laid out one by one and noted a run at a time: each has a
-        # new id, so there is nothing to check, and no blobs.
-        run: list[tuple[str, ObjectId, bytes, int | None]] = []
-
-        def note_run() -> None:
-            ids, oids, datas, starts = zip(*run, strict=True)
-            ws.put_made(oids, datas, starts)
-            noted = list(zip(ids, oids, strict=True))
-            seen.update(noted)
-            out.extend(noted)
-            run.clear()
-
         for value in inputs:
             turn = intake_turn(value) if turns else None
             if turn is not None:
-                run.append(turn)
+                # A chat turn (most of an import): a new id, so nothing to check, and no blobs.
+                entry_id, oid, data, message_at = turn
+                seen[entry_id] = oid
+                out.append((entry_id, oid))
+                ws.put_made(oid, data, message_at)
                 continue
-            if run:
-                note_run()
             entry, encoded, blobs, explicit = intake_entry(value, kind=kind, sources=sources)
             oid = encoded[0]
             if explicit:
@@ -203,8 +193,6 @@ class Graph:
             for blob in blobs:
                 ws.put_encoded(*blob)
             ws.put_encoded(*encoded)
-        if run:
-            note_run()
         return out
 
     def record(self, oid: ObjectId, rev: Revision, pinned: Iterable[tuple[str, ObjectId]] = ()) -> None:

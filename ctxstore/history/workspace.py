@@ -27,7 +27,7 @@ first placed), so no history keeps or copies an index of its own.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -85,7 +85,7 @@ class Workspace:
         self._last_spine: SpineBytes | None = None
         # Revisions cached without their operation (`_LIGHT_ABOVE`); `revision` reads it again.
         self._light: set[ObjectId] = set()
-        self._message_at: dict[ObjectId, int | None] = {}  # `put_made`; None: not said
+        self._message_at: dict[ObjectId, int] = {}  # `put_made`
 
     # -- objects -------------------------------------------------------------------------------
     def get(self, oid: ObjectId) -> Object:
@@ -213,22 +213,15 @@ class Workspace:
             self._remember(oid, obj)
         return oid
 
-    def put_made(self, oids: Sequence[ObjectId], datas: Sequence[bytes], starts: Sequence[int | None]) -> None:
-        """Add entries whose canonical bytes (and ids, hashed from them) the caller has just laid out, with
-        where the message starts in each if it knows (`objects.encode_turn`; None if not), without keeping
-        them decoded: an import's entries, which are written and rarely read back here (a reader decodes
-        one from its bytes; 100,000 kept `Entry` objects cost a sixth of a second and 40 MB). The three
-        sequences are in step; entries with new ids (an import's) are none of them here yet, and are
-        added by a dictionary update each."""
-        pending, decoded = self._pending, self._decoded
-        if pending.keys().isdisjoint(oids) and decoded.keys().isdisjoint(oids):
-            pending.update(zip(oids, datas, strict=True))
-            self._message_at.update(zip(oids, starts, strict=True))
-            return
-        for oid, data, start in zip(oids, datas, starts, strict=True):
-            if oid not in decoded and oid not in pending:
-                pending[oid] = data
-                self._message_at[oid] = start
+    def put_made(self, oid: ObjectId, data: bytes, message_at: int | None) -> None:
+        """Add an entry whose canonical bytes (and id, hashed from them) the caller has just laid out, with
+        where its message starts in them if it knows (`objects.encode_turn`), without keeping it decoded:
+        an import's entries, which are written and rarely read back here (a reader decodes one from its
+        bytes; 100,000 kept `Entry` objects cost a sixth of a second and 40 MB)."""
+        if oid not in self._decoded and oid not in self._pending:
+            self._pending[oid] = data
+            if message_at is not None:
+                self._message_at[oid] = message_at
 
     def put_raw(self, oid: ObjectId, data: bytes) -> None:
         """Add canonical bytes already checked by the caller (copied from another workspace)."""
@@ -247,7 +240,7 @@ class Workspace:
         """Objects made here and not known to be in `source`: what a commit has to write."""
         return list(self._pending.items())
 
-    def message_at(self) -> Mapping[ObjectId, int | None]:
+    def message_at(self) -> Mapping[ObjectId, int]:
         """Where the message starts in the bytes of the pending entries laid out here that say so
         (`put_made`): a commit passes it to the store with its vouch for their ids."""
         return self._message_at

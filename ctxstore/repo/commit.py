@@ -134,7 +134,7 @@ def _commit_many(store: TransactionalStore, lineage: Lineage, updates: Mapping[s
     pending: dict[ObjectId, bytes] = {}
     foreign: set[ObjectId] = set()
     copied: set[ObjectId] = set()
-    message_at: dict[ObjectId, int | None] = {}
+    message_at: dict[ObjectId, int] = {}
     for h, head in zip(updates.values(), heads.values(), strict=True):
         made = h.workspace.pending()
         pending.update(made)
@@ -231,7 +231,7 @@ def commit_rebasing(store: TransactionalStore, lineage: Lineage, ref: str, histo
 
 
 def _write_objects(txn: Transaction, pending: dict[ObjectId, bytes], foreign: set[ObjectId],
-                   copied: set[ObjectId], message_at: Mapping[ObjectId, int | None]) -> None:
+                   copied: set[ObjectId], message_at: Mapping[ObjectId, int]) -> None:
     """Write the pending objects; one made over another source must not point at an absent object.
 
     A history loaded from this store only points at objects it read here or made itself, so only

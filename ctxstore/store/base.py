@@ -541,7 +541,7 @@ class Transaction:
         return new
 
     def write_objects(self, objects: Iterable[tuple[ObjectId, bytes]], *, hashed: bool = False,
-                      message_at: Mapping[ObjectId, int | None] | None = None) -> None:
+                      message_at: Mapping[ObjectId, int] | None = None) -> None:
         """Write objects (id, canonical bytes) without first looking up which the store holds.
 
         The same effect as `put_objects` (a held object keeps its bytes and gets a fresh write time),
@@ -552,8 +552,8 @@ class Transaction:
         does for the objects it encodes), so a backend need not hash them again where it checks ids
         when writing; a wrong vouch stores bytes under an id they do not have. Without it, any check
         the backend makes is made. With it, `message_at` may say, for entries the caller laid out as chat
-        entries, where their message starts (exactly what `packs.chat_message_at` reads from the bytes;
-        None, or no key, says nothing); a wrong one stores a leaf pack that does not read back.
+        entries, where their message starts (exactly what `packs.chat_message_at` reads from the bytes);
+        a wrong one stores a leaf pack that does not read back.
         """
         w = self._writeset()
         held, deleted, vouched = w.objects, w.deleted, w.hashed
