@@ -309,8 +309,9 @@ def test_a_revision_cached_with_its_bytes_stays_paired_with_them() -> None:
 
 
 def test_an_append_after_one_too_large_for_a_delta_is_a_delta_on_it_in_the_same_write(tmp_path: Path) -> None:
-    """An append of more entries than a leaf holds is stored whole without its lists being checked (a
-    bulk import's); one written with it that appends onto it is still a delta, with it as checkpoint."""
+    """An append of more entries than a leaf holds is not a delta: without its lists where this process
+    vouched for it (a bulk import's), else whole without its lists being checked; one written with it
+    that appends onto it is still a delta, with it as checkpoint."""
     while True:  # until the last append closes no leaf (ids are random: it does 1 time in 32), so a delta
         big = MessageHistory().extend([{"role": "user", "content": f"m{j}"} for j in range(4 * seq.LEAF_TARGET)])
         nodes = len(_nodes(big))  # (the two share their workspace: counted before the append)
@@ -322,7 +323,7 @@ def test_an_append_after_one_too_large_for_a_delta_is_a_delta_on_it_in_the_same_
             revisions.MADE.take(from_hex(history.revision_id), b"")  # forgets the vouch
         with LmdbStore(tmp_path / f"made-{made}", durable=False, auto_dictionary=False) as store:
             store.put_many(history.workspace.pending())
-            assert _codec_of(store, from_hex(big.revision_id)) != DELTA
+            assert _codec_of(store, from_hex(big.revision_id)) == (revisions.BULK if made else codec.ZSTD)
             assert _codec_of(store, from_hex(history.revision_id)) == DELTA, made
             _forget_cache()
             for oid, data in _revisions(history):

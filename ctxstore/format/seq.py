@@ -44,6 +44,7 @@ __all__ = [
     "Spine",
     "count",
     "items_batched",
+    "items_from",
     "iter_items",
     "leaf_hash",
     "node_fault",
@@ -650,6 +651,59 @@ def items_batched(spine: Spine,
     """`iter_items` as a list, reading the stored nodes a level at a time (one `get_many` per level, not
     one read per node): what reading a whole view needs."""
     return _descend(spine, get_many, 0)  # every node read: items only
+
+
+def items_from(spine: Spine, start: int, get_many: Callable[[list[ObjectId]], list[SeqNode]]
+               ) -> list[tuple[str, ObjectId | None]]:
+    """The items of a spine's list from position `start` on, reading only the stored nodes that hold
+    them, a level at a time (the counts above the leaves say which): what rebuilding a bulk append's
+    lists from the end of its view reads. `InvalidObject` if a node is not at the level its parent
+    says, or the counts do not reach `start`."""
+    skip = start  # items still to pass over, all before (or in) the first node left to read
+    parts: list[Any] = []
+    for level in range(len(spine) - 1, 0, -1):
+        for oid, c in spine[level]:
+            if not parts and skip >= c:
+                skip -= c
+            else:
+                parts.append([ObjectId(oid), level - 1])
+    while True:
+        refs = [part[0] for part in parts if type(part) is list]
+        if not refs:
+            break
+        nodes = iter([node for at in range(0, len(refs), _NODE_SLICE) for node in get_many(refs[at:at + _NODE_SLICE])])
+        out: list[Any] = []
+        first = True  # the first node read holds position `start`: `skip` is within it
+        for part in parts:
+            if type(part) is not list:
+                out.append(part)
+                continue
+            node = next(nodes)
+            if node.level != part[1]:
+                raise InvalidObject(f"seq node {part[0].hex()} is at level {node.level}, where its parent "
+                                    f"puts a node of level {part[1]}")
+            items = node.items
+            if first and skip:
+                if node.level == 0:
+                    items, skip = items[skip:], 0
+                else:
+                    at = 0
+                    while at < len(items) and skip >= items[at][1]:
+                        skip -= items[at][1]
+                        at += 1
+                    items = items[at:]
+                if not items:
+                    raise InvalidObject(f"seq node {part[0].hex()} holds fewer items than its parent counts")
+            first = False
+            if node.level == 0:
+                out.extend([(entry_id, oid) for entry_id, oid in items])
+            else:
+                out.extend([[ObjectId(child), node.level - 1] for child, _ in items])
+        parts = out
+    if skip > len(spine[0]):
+        raise InvalidObject(f"a list of {count(spine)} items has no position {start}")
+    parts.extend([(entry_id, oid) for entry_id, oid in spine[0][skip:]])
+    return parts
 
 
 def leaf_refs(spine: Spine, get_many: Callable[[list[ObjectId]], list[SeqNode]]) -> list[Any]:

@@ -167,8 +167,9 @@ class MessageHistory:
     # -- writing -------------------------------------------------------------------------------
     def _new_revision(self, operation: dict[str, Any] | None, root: seq.Spine, size: int,
                       created_at: int | None = None,
-                      pinned: Iterable[tuple[str, ObjectId]] = (), closed: bool | None = None) -> MessageHistory:
-        """A revision onto the head; `closed` only for an append by the rule (whether it closed a node)."""
+                      pinned: Iterable[tuple[str, ObjectId]] = (), closed: list[ObjectId] | None = None
+                      ) -> MessageHistory:
+        """A revision onto the head; `closed` only for an append by the rule (the nodes it closed)."""
         rev = Revision(self._head, now_ms() if created_at is None else created_at, operation, root, size)
         oid = self._ws.put(rev) if closed is None else self._ws.put_append(rev, closed)
         self._graph.record(oid, rev, pinned)
@@ -191,12 +192,13 @@ class MessageHistory:
         ws, puts = self._ws, []
 
         def put(node: SeqNode) -> ObjectId:
-            puts.append(node)
-            return ws.put(node)
+            oid = ws.put(node)
+            puts.append(oid)
+            return oid
 
         root = seq.append(rev.seq, made, put)
         op = {"type": "append", "entryIds": [i for i, _ in made], "entries": [o for _, o in made]}
-        return self._new_revision(op, root, rev.size + len(made), created_at, closed=bool(puts))
+        return self._new_revision(op, root, rev.size + len(made), created_at, closed=puts)
 
     def edit(self, patches: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
              created_at: int | None = None) -> MessageHistory:

@@ -27,7 +27,7 @@ first placed), so no history keeps or copies an index of its own.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -44,8 +44,14 @@ from ..format.objects import (
 )
 from ..format.seq import SpineBytes, encode_node, encode_revision, spine_bytes
 from ..ids import ObjectId, object_id, to_hex
-from ..store.base import ObjectSource, read_cached_revision, read_leaves, read_revision_header
-from ..store.revisions import MADE
+from ..store.base import (
+    ObjectSource,
+    read_cached_revision,
+    read_leaves,
+    read_revision_header,
+    read_revision_without_operation,
+)
+from ..store.revisions import BULK_FROM, MADE
 
 __all__ = ["Workspace"]
 
@@ -193,17 +199,19 @@ class Workspace:
         oid, data = encode_object(obj)
         return self.put_encoded(oid, data, obj)
 
-    def put_append(self, rev: Revision, closed: bool) -> ObjectId:
+    def put_append(self, rev: Revision, closed: Sequence[ObjectId]) -> ObjectId:
         """Add an append revision made by the rule (`seq.append` of its operation's entries onto its
-        parent's spine; `closed`: whether that closed a node). One that closed none is vouched for to
-        the stores of this process (`revisions.MADE`), which then store its delta without rebuilding it."""
+        parent's spine; `closed`: the ids of the nodes that closed, added here). One that closed none is
+        vouched for to the stores of this process (`revisions.MADE`), which then store its delta without
+        rebuilding it; so is a bulk append (`revisions.BULK_FROM` entries or more) with the nodes it
+        closed, which they then store without its lists, the last items of its own tree."""
         encoded = encode_revision(rev, self._last_spine)
         if encoded is None:
             return self.put(rev)
         data, self._last_spine = encoded
         oid = object_id(data)
-        if not closed and oid not in self._decoded:
-            MADE.vouch(oid, data, rev, self._last_spine)
+        if oid not in self._decoded and (not closed or _named(rev.operation) >= BULK_FROM):
+            MADE.vouch(oid, data, rev, self._last_spine, closed)
         return self.put_encoded(oid, data, rev)
 
     def put_encoded(self, oid: ObjectId, data: bytes, obj: Object) -> ObjectId:
@@ -282,9 +290,10 @@ class Workspace:
         return obj
 
     def _light_revision(self, oid: ObjectId) -> Object:
-        """A revision read from the source for its spine: without decoding its operation when its bytes
-        are large enough for that to matter (`_LIGHT_BYTES`), kept as `get` keeps one whose operation is
-        large; else as `get` reads it."""
+        """A revision read from the source for its spine: as the source keeps it without its lists where
+        it does (`read_revision_without_operation`: they are not rebuilt), else without decoding its
+        operation when its bytes are large enough for that to matter (`_LIGHT_BYTES`), kept as `get`
+        keeps one whose operation is large; else as `get` reads it."""
         assert self.source is not None
         cached = read_cached_revision(self.source, oid)
         if cached is not None:  # a head this process wrote: decoded already, with its spine's levels
@@ -292,6 +301,14 @@ class Workspace:
             if self._last_spine is None:
                 self._last_spine = levels
             self._remember(oid, found)
+            return found
+        light = read_revision_without_operation(self.source, oid, _UNREAD)
+        if light is not None:  # a bulk import's, kept without its lists: they are not rebuilt here
+            found, light_levels = light
+            if self._last_spine is None:
+                self._last_spine = light_levels
+            self._remember(oid, found)
+            self._light.add(oid)
             return found
         data = self.source.get(oid)
         rev = revision_without_operation(data, _UNREAD) if len(data) > _LIGHT_BYTES else None

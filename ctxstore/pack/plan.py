@@ -19,7 +19,7 @@ from ..errors import DamagedData, InvalidInput, InvalidObject, MissingObject
 from ..format import seq
 from ..format.objects import Entry, Object, Revision, SeqNode, parse_object
 from ..ids import ObjectId, to_hex
-from ..store.base import ObjectSource, read_revision_header, read_stored_append
+from ..store.base import ObjectSource, read_revision_header, read_revision_without_operation, read_stored_append
 from .records import AppendForm, rebuild_tree
 from .stream import write_pack as _write_pack
 
@@ -44,6 +44,10 @@ _HELD_BYTES = 32 * 1024 * 1024
 (decompress and hash) each of them a second time."""
 _SPINES = 1024
 _APPENDS = 1 << 16
+
+
+_LISTS_UNREAD: dict[str, Any] = {"type": "unread"}
+"""The operation of a revision read for its spine alone (never a valid operation)."""
 
 
 class _Reader:
@@ -79,6 +83,19 @@ class _Reader:
             rev = self._revs[oid] = obj
             self._headers[oid] = (rev.parent, rev.created_at)
         return rev
+
+    def spine(self, oid: ObjectId) -> tuple[seq.Spine, int]:
+        """A revision's spine and size: what a have or a parent's tree needs. A bulk import's revision the
+        store keeps without its lists is read without them (`read_revision_without_operation`: they are
+        not rebuilt from its whole view); any other is read as `revision` reads it."""
+        rev = self._revs.get(oid)
+        if rev is None:
+            light = read_revision_without_operation(self.source, oid, _LISTS_UNREAD)
+            if light is not None:
+                self._headers[oid] = (light[0].parent, light[0].created_at)
+                return light[0].seq, light[0].size
+            rev = self.revision(oid)
+        return rev.seq, rev.size
 
     def header(self, oid: ObjectId) -> tuple[ObjectId | None, int]:
         """A revision's parent and `createdAt`: what the walk needs, kept for every revision it reads."""
@@ -236,7 +253,7 @@ def _plan(source: ObjectSource, wants: Iterable[ObjectId], haves: Iterable[Objec
     reader = _Reader(source)
     haves = list(haves)
     revisions = _revisions_to_send(reader, wants, haves)
-    have_spines = [reader.revision(h).seq for h in haves if reader.source.has(h)]
+    have_spines = [reader.spine(h)[0] for h in haves if reader.source.has(h)]
     spines = _Spines(reader)
     out: list[ObjectId] = []
     sent: set[ObjectId] = set()  # objects in the pack or rebuilt by the receiver
@@ -329,8 +346,7 @@ class _Spines:
         while found is None:
             step = self._appends.get(at)
             if step is None or len(chain) > _SPINES:
-                rev = self._reader.revision(at)
-                found = (rev.seq, rev.size)
+                found = self._reader.spine(at)
                 break
             chain.append(step[1])
             at = step[0]

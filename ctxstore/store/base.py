@@ -31,6 +31,7 @@ __all__ = [
     "HeaderSource",
     "LayoutSource",
     "LeafSource",
+    "LightRevisionSource",
     "ObjectSource",
     "ObjectStore",
     "RevisionSource",
@@ -47,6 +48,7 @@ __all__ = [
     "read_layout_problems",
     "read_leaves",
     "read_revision_header",
+    "read_revision_without_operation",
     "read_stored_append",
 ]
 
@@ -139,6 +141,32 @@ def read_cached_revision(source: ObjectSource, oid: ObjectId) -> tuple[objects.R
     cached: Callable[[ObjectId], tuple[objects.Revision, seq.SpineBytes] | None] | None = getattr(
         source, "cached_revision", None)
     return None if cached is None else cached(oid)
+
+
+class LightRevisionSource(Protocol):
+    """The optional read of a revision without its operation, where the source keeps it so: what
+    opening a history at a bulk import's head and rendering it need (its spine, size, parent, time).
+
+    A store that keeps a bulk append revision without its lists (`LmdbStore`, docs/storage.md, *Bulk
+    revisions*) answers from the record's prefix and suffix, its check holding, without rebuilding the
+    lists from the tree (which a full `get` does, reading the whole view); with the revision, its
+    spine's encoded levels (`seq.spine_bytes`), or None. It answers None for anything stored otherwise,
+    and the caller reads that with `get` as ever. Callers go through `read_revision_without_operation`.
+    """
+
+    def revision_without_operation(self, oid: ObjectId, placeholder: dict[str, Any]
+                                   ) -> tuple[objects.Revision, seq.SpineBytes | None] | None:
+        """The revision with `placeholder` for its operation and its spine's encoded levels, if the source
+        keeps it without its lists; else None. `DamagedData` if its record is damaged."""
+        ...
+
+
+def read_revision_without_operation(source: ObjectSource, oid: ObjectId, placeholder: dict[str, Any]
+                                    ) -> tuple[objects.Revision, seq.SpineBytes | None] | None:
+    """`LightRevisionSource.revision_without_operation` where the source has it; else None."""
+    light: Callable[[ObjectId, dict[str, Any]], tuple[objects.Revision, seq.SpineBytes | None] | None] | None = (
+        getattr(source, "revision_without_operation", None))
+    return None if light is None else light(oid, placeholder)
 
 
 class LeafSource(Protocol):
@@ -503,6 +531,22 @@ class Transaction:
             return None
         found: Callable[[ObjectId], StoredAppend | None] | None = getattr(self._snap, "stored_append", None)
         return None if found is None else found(oid)
+
+    def revision_without_operation(self, oid: ObjectId, placeholder: dict[str, Any]
+                                   ) -> tuple[objects.Revision, seq.SpineBytes | None] | None:
+        """A revision the backend keeps without its lists, without its operation
+        (`read_revision_without_operation`); None for this transaction's own writes and anything else."""
+        self._check_open()
+        check_oid(oid)
+        w = self._writes
+        if w is not None and (oid in w.objects or oid in w.deleted):
+            return None
+        light: Callable[[ObjectId, dict[str, Any]], tuple[objects.Revision, seq.SpineBytes | None] | None] | None = (
+            getattr(self._snap, "revision_without_operation", None))
+        found = None if light is None else light(oid, placeholder)
+        if found is not None:
+            self._track("has", oid, True)
+        return found
 
     def written_at(self, oid: ObjectId) -> int | None:
         """When the object was last written (ms since the epoch), or None if it is not held."""

@@ -21,7 +21,15 @@ from typing import Any, TypeVar
 import lmdb
 import zstandard
 
-from ..errors import CtxStoreError, DamagedData, EncodingError, MissingObject, NotARepository, StoreError
+from ..errors import (
+    CtxStoreError,
+    DamagedData,
+    EncodingError,
+    InvalidObject,
+    MissingObject,
+    NotARepository,
+    StoreError,
+)
 from ..format import codec, seq
 from ..format.codec import check_time_ms
 from ..format.codec import now_ms as _now_ms
@@ -31,7 +39,7 @@ from . import packs, revisions
 from . import records as rec
 from .base import BatchWrites, StoreStats, Transaction, WriteSet, check_oid
 from .lmdb_env import Environment, acquire, release
-from .revisions import DELTA
+from .revisions import BULK, DELTA
 
 __all__ = ["AUTO_DICT_OBJECTS", "DEFAULT_MAP_SIZE", "DICT_MAX_OBJECT", "LmdbStore"]
 
@@ -62,6 +70,9 @@ _REVISIONS = revisions.RevisionCache()
 _FRAME_BATCH, _FRAME_BYTES = 256, 8 << 20
 """Leaf packs a commit frames together (`codec.compress_many`): up to this many, or these many bytes."""
 _R = TypeVar("_R")
+_LISTS_LEFT_OUT: dict[str, Any] = {"type": "unread"}
+"""The operation of a bulk revision read without its lists, as a rebuild's checkpoint or for its header
+(never a valid operation, so never mistaken for one)."""
 
 
 def _collision(oid: ObjectId, key: bytes, held: bytes) -> StoreError:
@@ -147,6 +158,8 @@ class _Records:
             encoded = revisions.checked(oid, rev, _REVISIONS.levels_for(rev.parent))
             _REVISIONS.put(oid, rev, encoded)
             return encoded[0]
+        elif value[0] == BULK:
+            return self.bulk_revision(oid, value)  # checked against its id
         else:
             data = self.decode(oid, value)
         if object_id(data) != oid:
@@ -224,9 +237,9 @@ class _Records:
     def revision_header(self, oid: ObjectId) -> tuple[ObjectId | None, int] | None:
         """A revision's parent and `createdAt` from its record, or None if it is not held.
 
-        A delta is not rebuilt: its parent and time are read from the record (framing and field types
-        checked, not the id: a full read does that). A revision stored whole is decoded and checked
-        against its id as `get` does, and its header read without decoding its spine.
+        A delta is not rebuilt, nor a bulk revision's lists: the parent and time are read from the record
+        (its check and field types checked, not the id: a full read does that). A revision stored whole is
+        decoded and checked against its id as `get` does, and its header read without decoding its spine.
         """
         value = self.find(oid)
         if value is None:
@@ -237,6 +250,9 @@ class _Records:
                 raise DamagedData(f"stored revision {to_hex(oid)} is corrupt (a damaged delta record); "
                                   "run `ctxstore fsck`")
             return delta[0], delta[1]
+        if value[0] == BULK:
+            light = revisions.bulk_light(oid, revisions.parse_bulk(oid, value), _LISTS_LEFT_OUT)
+            return light.parent, light.created_at
         return revision_header(self.canonical(oid, value))
 
     def stored_append(self, oid: ObjectId) -> tuple[ObjectId, int, list[str], list[ObjectId]] | None:
@@ -249,14 +265,59 @@ class _Records:
         parent, created, ids, oids, _size = revisions.parse_delta(oid, value)[1]
         return parent, created, ids, oids
 
+    def revision_without_operation(self, oid: ObjectId, placeholder: dict[str, Any]
+                                   ) -> tuple[Revision, seq.SpineBytes | None] | None:
+        """A bulk revision without its operation (`placeholder` instead), and its spine's encoded levels,
+        from its record's prefix and suffix (its check holds), its lists not rebuilt
+        (`LightRevisionSource`); None if it is absent or not stored so."""
+        value = self.find(oid)
+        if value is None or value[0] != BULK:
+            return None
+        bulk = revisions.parse_bulk(oid, value)
+        light = revisions.bulk_light(oid, bulk, placeholder)
+        return light, seq.spine_bytes(light, bulk[2])
+
+    def bulk_revision(self, oid: ObjectId, value: bytes) -> bytes:
+        """A bulk revision's canonical bytes: its lists rebuilt from the last items of its view, read
+        from the spine through this store's own reads (leaf packs included), then checked against its id.
+        `DamagedData` if the record or the tree it names is damaged."""
+        bulk = revisions.parse_bulk(oid, value)
+        light = revisions.bulk_light(oid, bulk, _LISTS_LEFT_OUT)
+        try:
+            items = seq.items_from(light.seq, light.size - bulk[1], self._nodes)
+        except DamagedData:
+            raise
+        except CtxStoreError as exc:
+            raise DamagedData(f"stored revision {to_hex(oid)} is corrupt: the tree its lists are rebuilt from "
+                              f"is damaged ({exc}); run `ctxstore fsck`") from None
+        return revisions.bulk_bytes(oid, bulk, items)
+
+    def _nodes(self, oids: list[ObjectId]) -> list[SeqNode]:
+        """Seq nodes a bulk revision's tree names, each read as `get` reads it (checked against its id);
+        `MissingObject` or `InvalidObject` for one absent or not a node (a revision never is one)."""
+        out: list[SeqNode] = []
+        for oid in oids:
+            value = self.find(oid)
+            if value is None:
+                raise MissingObject(f"seq node {to_hex(oid)} is not in the store")
+            node = None if value[0] in (DELTA, BULK) else parse_object(self.canonical(oid, value), trusted=True)
+            if not isinstance(node, SeqNode):
+                raise InvalidObject(f"object {to_hex(oid)} is not a seq node")
+            out.append(node)
+        return out
+
     def revision(self, oid: ObjectId, value: bytes) -> Revision:
         """The revision a stored delta stands for, rebuilt from the checkpoint (or the cached revision)
-        its chain leads back to. The caller checks the result by hashing it."""
+        its chain leads back to; of a revision stored whole, the revision (of a bulk revision, without
+        its operation: what a child's rebuild needs). The caller checks the result by hashing it."""
         chain: list[tuple[ObjectId, revisions.Delta]] = []
         at, held = oid, value
         while True:
             base = _REVISIONS.get(at)
             if base is not None:
+                break
+            if held[0] == BULK:  # a checkpoint whose spine and size are all a rebuild needs: not cached
+                base = revisions.bulk_light(at, revisions.parse_bulk(at, held), _LISTS_LEFT_OUT)
                 break
             if held[0] != DELTA:
                 obj = parse_object(self.canonical(at, held), trusted=True)
@@ -287,7 +348,7 @@ class _Records:
         depths[oid] = 0  # stored whole unless it becomes a delta below: a checkpoint for a child written with it
         vouched = revisions.MADE.take(oid, data)
         if vouched is not None:
-            return self._made_delta(oid, data, vouched, depths)
+            return self._made_delta(oid, data, vouched, w, depths)
         delta = revisions.delta_of(data)
         if delta is None or revisions.closes_leaf(delta):
             return None  # closing a leaf, a checkpoint: not worth rebuilding its spine to find that out
@@ -331,12 +392,15 @@ class _Records:
         return revisions.delta_value(oid, delta, depth + 1)
 
     def _made_delta(self, oid: ObjectId, data: bytes,
-                    made: tuple[revisions.Delta, Revision, seq.SpineBytes | None],
-                    depths: dict[ObjectId, int]) -> bytes | None:
+                    made: tuple[revisions.Delta, Revision, seq.SpineBytes | None, tuple[ObjectId, ...]],
+                    w: WriteSet, depths: dict[ObjectId, int]) -> bytes | None:
         """`delta_value` of an append this process made and vouched for (`revisions.MADE`): its bytes are
         the rule's rebuild from its parent and hash to `oid`, so only the chain depth is left to find
-        (`delta_value` has noted it a checkpoint, as it is unless it becomes a delta here)."""
-        delta, rev, levels = made
+        (`delta_value` has noted it a checkpoint, as it is unless it becomes a delta here). A bulk append,
+        vouched for with the nodes it closed, is stored without its lists where it can be (`_bulk_value`)."""
+        delta, rev, levels, closed = made
+        if closed:
+            return self._bulk_value(oid, data, rev, levels, closed, w)
         if revisions.closes_leaf(delta):
             return None
         depth = depths.get(delta[0])
@@ -350,6 +414,27 @@ class _Records:
             return None
         depths[oid] = depth + 1
         return revisions.delta_value(oid, delta, depth + 1)
+
+    def _bulk_value(self, oid: ObjectId, data: bytes, rev: Revision, levels: seq.SpineBytes | None,
+                    closed: tuple[ObjectId, ...], w: WriteSet) -> bytes | None:
+        """The stored value of a vouched bulk append without its lists (`revisions.bulk_value`), or None to
+        store it whole: when it appended fewer than `revisions.BULK_FROM` entries, when a node it closed
+        (all its tree's last items are under those) is neither held nor written here checked against its
+        id, or when its bytes are not laid out as prefix, lists, suffix (`revisions.bulk_cut`). Its
+        rebuild is then certain."""
+        op = rev.operation
+        if op is None or levels is None or len(op["entries"]) < revisions.BULK_FROM:
+            return None
+        written, vouched, deleted = w.objects, w.hashed, w.deleted
+        for node in closed:
+            found = written.get(node)
+            if not (node not in deleted and self.has(node) if found is None
+                    else node in vouched or object_id(found) == node):
+                return None
+        cut = revisions.bulk_cut(rev, data, levels)
+        if cut is None:
+            return None
+        return revisions.bulk_value(oid, cut[0], len(op["entries"]), cut[1], len(data))
 
     def has(self, oid: ObjectId) -> bool:
         return self.record(oid) is not None
@@ -1115,6 +1200,15 @@ class LmdbStore(BatchWrites):
         found = _REVISIONS.with_levels(oid)
         return found if found is not None and self.has(oid) else None
 
+    def revision_without_operation(self, oid: ObjectId, placeholder: dict[str, Any]
+                                   ) -> tuple[Revision, seq.SpineBytes | None] | None:
+        """A revision stored without its lists, without its operation (`placeholder` instead), with its
+        spine's encoded levels, its lists not rebuilt (`LightRevisionSource`); None if it is absent or
+        stored otherwise (read it with `get`)."""
+        check_oid(oid)
+        with self._reading() as records:
+            return records.revision_without_operation(oid, placeholder)
+
     def get_many(self, oids: Iterable[ObjectId]) -> list[bytes]:
         """The canonical bytes of objects, in order, all read under one read transaction (one hold of
         the environment's lock, not one per object); `MissingObject` names the first one absent."""
@@ -1219,7 +1313,7 @@ class LmdbStore(BatchWrites):
         picked: list[bytes] = []
         with self._reading() as records:
             for oid, value in records.values():
-                if value[0] not in (DELTA, packs.LEAF_PACK) and rec.canonical_size(value) <= DICT_MAX_OBJECT:
+                if value[0] not in (DELTA, BULK, packs.LEAF_PACK) and rec.canonical_size(value) <= DICT_MAX_OBJECT:
                     picked.append(records.decode(oid, value))
                     if len(picked) >= samples:
                         break

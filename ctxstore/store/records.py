@@ -8,7 +8,8 @@ database   key                                 value
 =========  ==================================  ==================================================
 objs       first 16 bytes of the object id     write time (ms, 6 bytes BE), last 16 bytes of the id,
                                                codec byte + (raw | zstd | dict id + zstd |
-                                               append delta, see `revisions` | leaf pack or
+                                               append delta or bulk revision without its
+                                               lists, see `revisions` | leaf pack or
                                                pointer into one, see `packs`) bytes
 refs       ref name (UTF-8)                    object id (32 raw bytes)
 reflog     ref name, NUL, sequence (8 bytes)   a record (the refs layer encodes it)
@@ -28,7 +29,7 @@ import zstandard
 from ..format import codec
 from ..ids import OID_SIZE, ObjectId
 from .packs import LEAF_PACK, PACKED, stored_size_of
-from .revisions import DELTA, parse_delta
+from .revisions import BULK, DELTA, parse_bulk, parse_delta
 
 __all__ = [
     "CONFIG",
@@ -158,6 +159,8 @@ def canonical_size(value: bytes) -> int:
         return len(value) - 1
     if codec_byte == DELTA:
         return parse_delta(ObjectId(b"\0" * OID_SIZE), value, check=False)[1][4]
+    if codec_byte == BULK:
+        return parse_bulk(ObjectId(b"\0" * OID_SIZE), value, check=False)[3]
     frame = value[1:] if codec_byte == codec.ZSTD else value[1 + _DICT_ID_SIZE:]
     try:
         size = zstandard.frame_content_size(bytes(frame[:18]))

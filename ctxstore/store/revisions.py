@@ -15,7 +15,15 @@ holds is that revision's append as written: a reader that needs only the append 
 it rebuildable, a header read) takes it from the record without rebuilding. A writer stores a revision
 whole (a *checkpoint*) when its append closed a leaf (its spine is then at its shortest), when the
 chain would pass `MAX_CHAIN`, or when the parent is not at hand; so a read replays at most `MAX_CHAIN`
-appends. docs/storage.md specifies it.
+appends.
+
+A bulk append (`BULK_FROM` entries or more, which closes leaves, so is a checkpoint) is stored without its
+lists instead, codec byte `BULK`: its canonical bytes before the lists (the *prefix*) and from the spine's
+key on (the *suffix*), how many entries it appended and its canonical size, sealed like a delta. Its
+appended pairs are the last items of its own view, so a full read rebuilds the lists from its tree
+(`bulk_bytes`, checked against the id), while a reader of its spine, size, parent or time reads the
+prefix and suffix alone (`bulk_light`). A writer stores it so only for an append this process made by
+the rule, whose tree is at hand (`MADE`). docs/storage.md specifies both forms.
 
 Pure functions over bytes and parsed revisions, and a bounded cache of rebuilt revisions shared by the
 stores of a process (ids are content hashes, so an entry can never go stale).
@@ -23,19 +31,23 @@ stores of a process (ids are content hashes, so an entry can never go stale).
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import blake3
+import cbor2
 
-from ..errors import DamagedData, EncodingError
+from ..errors import CtxStoreError, DamagedData, EncodingError
 from ..format import codec, seq
 from ..format.objects import SPINE_KEY, Revision, SeqNode, fields_before_spine
 from ..ids import OID_SIZE, ObjectId, object_id, to_hex
 
-__all__ = ["CHECK_SIZE", "DELTA", "MADE", "MAX_CHAIN", "Delta", "MadeAppends", "RevisionCache", "checked",
-           "closes_leaf", "delta_of", "delta_value", "may_be_delta", "parse_delta", "rebuild", "revision_bytes"]
+__all__ = ["BULK", "BULK_FROM", "CHECK_SIZE", "DELTA", "MADE", "MAX_CHAIN", "Bulk", "Delta", "MadeAppends",
+           "RevisionCache", "bulk_bytes", "bulk_cut", "bulk_light", "bulk_value", "checked", "closes_leaf",
+           "delta_of", "delta_value", "may_be_delta", "parse_bulk", "parse_delta", "rebuild", "revision_bytes"]
 
 DELTA = 0x03
 """Codec byte of a stored append revision whose spine is rebuilt from its parent's."""
@@ -167,6 +179,126 @@ def checked(oid: ObjectId, revision: Revision, base: seq.SpineBytes | None = Non
     return data, levels
 
 
+BULK = 0x06
+"""Codec byte of a bulk append revision stored without its lists, which its own tree names."""
+BULK_FROM = _WHOLE_FROM
+"""Appended entries from which an append revision may be stored without its lists (`bulk_value`)."""
+
+_LISTS_AFTER = b"\x69operation\xa3\x64type\x66append\x67entries"  # how a bulk record's prefix ends
+_IDS_KEY = b"\x68entryIds"  # what lies between the two lists
+_SPINE_FIELD = b"\x69treeSpine"  # how a bulk record's suffix starts
+_OID_HEAD = b"\x58\x20"
+_TEXT_HEADS = codec.SMALL_HEADS[3]
+
+Bulk = tuple[bytes, int, bytes, int]
+"""A bulk record's fields: the revision's canonical bytes before its lists (the prefix), how many entries
+it appended, its bytes from the spine's key on (the suffix), its canonical size."""
+
+
+def _lists(ids: list[str], oids: list[bytes]) -> bytes:
+    """The canonical bytes an append revision holds between its prefix and suffix: the array of entry
+    oids, the ``entryIds`` key, the array of entry ids."""
+    head = codec.cbor_head(4, len(oids))
+    texts = [entry_id.encode() for entry_id in ids]
+    try:
+        heads = [_TEXT_HEADS[len(text)] for text in texts]
+    except IndexError:  # an id of 256 bytes or more
+        heads = [codec.cbor_head(3, len(text)) for text in texts]
+    return b"".join([head, _OID_HEAD if oids else b"", _OID_HEAD.join(oids), _IDS_KEY, head,
+                     *[h + t for h, t in zip(heads, texts, strict=True)]])
+
+
+def bulk_cut(revision: Revision, data: bytes, levels: seq.SpineBytes) -> tuple[bytes, bytes] | None:
+    """The prefix and suffix of a vouched append revision's canonical bytes `data` (the encoding of
+    `revision`, `levels` its spine's encoded levels: `MADE`) around its lists, or None (store it whole)
+    if they are not found where the layout puts them: the prefix is the fields before the lists, built
+    here; the suffix is the spine's key and encoding, as long as `levels` make it; between them, the
+    oids' array (34 bytes each) then the ``entryIds`` key and array. The lists themselves are not encoded
+    again: the vouch says `data` is the canonical encoding, which `bulk_bytes` joins the same way."""
+    op, parent, created, size = revision.operation, revision.parent, revision.created_at, revision.size
+    if (type(op) is not dict or op.keys() != _OP_KEYS or type(op["entries"]) is not list
+            or type(parent) is not bytes or len(parent) != OID_SIZE or type(created) is not int
+            or not 0 <= created < 2**64 or type(size) is not int or not 0 <= size < 2**64
+            or len(levels) != len(revision.seq)):
+        return None
+    prefix = b"".join([_REVISION_START, codec.cbor_head(0, size), b"\x64type\x68revision\x66parent", _OID_HEAD,
+                       parent, b"\x69createdAt", codec.cbor_head(0, created), _LISTS_AFTER])
+    count = len(op["entries"])
+    head = codec.cbor_head(4, count)
+    spine = len(codec.cbor_head(4, len(levels))) + sum(
+        len(codec.cbor_head(4, len(items))) + len(encoded) for items, encoded in levels)
+    suffix_at = len(data) - spine - len(_SPINE_FIELD)
+    ids_at = len(prefix) + len(head) + len(_OID_HEAD + bytes(OID_SIZE)) * count
+    if not (data.startswith(prefix) and data.startswith(head + _OID_HEAD, len(prefix))
+            and data.startswith(_IDS_KEY + head, ids_at) and ids_at < suffix_at
+            and data.startswith(_SPINE_FIELD, suffix_at)):
+        return None
+    return prefix, data[suffix_at:]
+
+
+def bulk_value(oid: ObjectId, prefix: bytes, count: int, suffix: bytes, size: int) -> bytes:
+    """The stored value of bulk revision `oid` without its `count` appended pairs (`bulk_cut`'s prefix and
+    suffix; `size`, its canonical size): codec byte `BULK`, the canonical CBOR array ``[prefix, count,
+    suffix, size]``, an 8-byte check (blake3 of the id and that array, cut short)."""
+    array = codec.encode([prefix, count, suffix, size])
+    return bytes([BULK]) + array + _check(oid, array)
+
+
+def _bulk_damaged(oid: bytes, why: str) -> DamagedData:
+    return DamagedData(f"stored revision {to_hex(oid)} is corrupt ({why}); run `ctxstore fsck`")
+
+
+def parse_bulk(oid: ObjectId, value: bytes, *, check: bool = True) -> Bulk:
+    """The fields of revision `oid`'s bulk record; `DamagedData` if it is malformed or (with `check`) its
+    check does not match (the record is not what was written for `oid`)."""
+    try:
+        array = bytes(value[1:-CHECK_SIZE])
+        prefix, count, suffix, size = codec.decode(array)
+        ok = (type(prefix) is bytes and prefix.startswith(_REVISION_START) and prefix.endswith(_LISTS_AFTER)
+              and type(suffix) is bytes and suffix.startswith(_SPINE_FIELD) and type(count) is int
+              and count >= 1 and type(size) is int and (not check or _check(oid, array) == value[-CHECK_SIZE:]))
+    except (IndexError, ValueError, TypeError, EncodingError):
+        ok = False
+    if not ok:
+        raise _bulk_damaged(oid, "a damaged bulk record")
+    return prefix, count, suffix, size
+
+
+def bulk_light(oid: ObjectId, bulk: Bulk, placeholder: dict[str, Any]) -> Revision:
+    """The revision a bulk record stands for, read from its prefix and suffix alone, with `placeholder`
+    for its operation (whose lists only a walk of its tree gives: `bulk_bytes`); `DamagedData` if the
+    prefix and suffix are not a revision's."""
+    prefix, count, suffix, _size = bulk
+    stream = io.BytesIO(suffix)
+    stream.seek(len(_SPINE_FIELD))
+    try:
+        fields = fields_before_spine(prefix, before="operation")
+        spine = cbor2.CBORDecoder(stream).decode()
+        if fields is None or fields.get("type") != "revision" or stream.tell() != len(suffix):
+            raise ValueError("not a revision")
+        light = Revision(fields.get("parent"), fields["createdAt"], None, spine, fields["size"])
+        light.check(items=False)  # the placeholder goes in after: it is no operation
+        if light.parent is None or seq.count(spine) != light.size or count > light.size:
+            raise ValueError("its spine does not hold its size, or fewer entries than it appended")
+    except (cbor2.CBORDecodeError, ValueError, TypeError, IndexError, KeyError, CtxStoreError):
+        raise _bulk_damaged(oid, "a bulk record that is not a revision's") from None
+    return dataclasses.replace(light, operation=placeholder)
+
+
+def bulk_bytes(oid: ObjectId, bulk: Bulk, items: list[tuple[str, ObjectId | None]]) -> bytes:
+    """A bulk revision's canonical bytes: its prefix, the lists of `items` (the last items of its view,
+    as many as it appended), its suffix; checked against its id (`DamagedData` otherwise)."""
+    prefix, count, suffix, _size = bulk
+    ids = [entry_id for entry_id, _ in items]
+    oids = [entry for _, entry in items]
+    if len(items) != count or None in oids:
+        raise _bulk_damaged(oid, "its tree does not end with the entries it appended")
+    data = b"".join([prefix, _lists(ids, oids), suffix])  # type: ignore[arg-type]  # no None, just checked
+    if object_id(data) != oid:
+        raise _bulk_damaged(oid, "it does not rebuild to its id from its tree")
+    return data
+
+
 def _make_room(held: dict[ObjectId, Any], limit: int) -> None:
     """Drop the oldest half of a bounded cache that is full (dicts keep insertion order)."""
     if len(held) >= limit:
@@ -234,37 +366,43 @@ class MadeAppends:
 
     A vouch says: `data` is the canonical encoding of `revision`, made by `seq.append` of the
     operation's entries onto the spine of its parent (the revision stored under `revision.parent`),
-    `object_id(data)` is `oid`, and no node closed (the append left every level but the leaf's open).
-    That is what `rebuild` and `checked` establish for a delta, so a store writing exactly these bytes
-    under `oid` may store the delta without rebuilding it; any other bytes, or an id not vouched for,
-    take the full check. Only the history's own append (`Workspace.put_append`) vouches.
+    `object_id(data)` is `oid`, and `closed` are the ids of the nodes that append closed (none: it left
+    every level but the leaf's open). With none closed, that is what `rebuild` and `checked` establish
+    for a delta, so a store writing exactly these bytes under `oid` may store the delta without
+    rebuilding it. A bulk append (`BULK_FROM` entries or more) closes nodes; its lists are then the
+    last items of its own tree, which reads only nodes among `closed`, so a store that holds those (or
+    writes them with it) may store it without its lists (`bulk_value`). Any other bytes, or an id not
+    vouched for, take the full check. Only the history's own append (`Workspace.put_append`) vouches.
     """
 
     def __init__(self, limit: int = 256) -> None:
         self._limit = limit
-        self._made: dict[ObjectId, tuple[bytes, Revision, seq.SpineBytes | None]] = {}
+        self._made: dict[ObjectId, tuple[bytes, Revision, seq.SpineBytes | None, tuple[ObjectId, ...]]] = {}
         self._lock = threading.Lock()
 
-    def vouch(self, oid: ObjectId, data: bytes, revision: Revision, levels: seq.SpineBytes | None) -> None:
-        """Note an append revision made by the rule onto its parent, with no node closed (see above)."""
+    def vouch(self, oid: ObjectId, data: bytes, revision: Revision, levels: seq.SpineBytes | None,
+              closed: Sequence[ObjectId] = ()) -> None:
+        """Note an append revision made by the rule onto its parent, closing the nodes `closed` (see above)."""
         with self._lock:
             _make_room(self._made, self._limit)
-            self._made[oid] = (data, revision, levels)
+            self._made[oid] = (data, revision, levels, tuple(closed))
 
-    def take(self, oid: ObjectId, data: bytes) -> tuple[Delta, Revision, seq.SpineBytes | None] | None:
-        """The delta of revision `oid` if it was vouched for with exactly `data` (then forgotten), else None."""
+    def take(self, oid: ObjectId, data: bytes
+             ) -> tuple[Delta, Revision, seq.SpineBytes | None, tuple[ObjectId, ...]] | None:
+        """The delta of revision `oid` and the nodes its append closed, if it was vouched for with exactly
+        `data` (then forgotten), else None."""
         with self._lock:
             found = self._made.pop(oid, None)
         if found is None or found[0] != data:
             return None
-        _data, rev, levels = found
+        _data, rev, levels, closed = found
         op, parent, created = rev.operation, rev.parent, rev.created_at
         # The shape `delta_of` would find in the bytes (a revision it would store whole stays whole).
         if (type(parent) is not bytes or len(parent) != OID_SIZE or type(created) is not int or created < 0
                 or type(op) is not dict or op.keys() != _OP_KEYS or op["type"] != "append"
                 or not _appended(op["entryIds"], op["entries"])):
             return None
-        return (ObjectId(parent), created, op["entryIds"], op["entries"], len(data)), rev, levels
+        return (ObjectId(parent), created, op["entryIds"], op["entries"], len(data)), rev, levels, closed
 
 
 MADE = MadeAppends()
