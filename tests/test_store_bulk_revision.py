@@ -52,6 +52,25 @@ def _no_rebuild(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lmdb_store._Records, "bulk_revision", refused)
 
 
+def _closes(spine: seq.Spine, pairs: list[list[Any]]) -> bool:
+    closed: list[object] = []
+    seq.append(spine, pairs, lambda node: closed.append(node) or seq.node_id(node))
+    return bool(closed)
+
+
+def _closing_no_leaf(history: MessageHistory, n: int) -> MessageHistory:
+    """`history` with message `n` appended by an append that closes no leaf (one that closes one is
+    stored whole, a checkpoint; about one in 32 does, entry ids being random): tried until one does not.
+    The history's spine must not end at a cut (`_bulk(open_spine=True)`), or every append closes it."""
+    spine = history.workspace.revision(from_hex(history.revision_id), operation=False).seq
+    while True:
+        child = history.append(_chat(n))
+        op = child.workspace.revision(from_hex(child.revision_id)).operation
+        assert op is not None
+        if not _closes(spine, [[op["entryIds"][0], op["entries"][0]]]):
+            return child
+
+
 def _value(store: LmdbStore, oid: ObjectId) -> bytes:
     env = store.environment
     with env.env.begin() as txn:
@@ -76,10 +95,16 @@ def _tool(n: int) -> dict[str, Any]:
     return {"role": "assistant", "content": [{"type": "tool_use", "id": f"t{n}", "name": "ls", "input": {"n": n}}]}
 
 
-def _bulk(repo: Repository, n: int, *, start: int = 0, chat: bool = True, ref: str = "main"
-          ) -> tuple[MessageHistory, ObjectId, bytes]:
-    """A bulk import of `n` messages onto `ref`, committed: the history, its revision's id and bytes."""
-    history = repo.history(ref).extend([(_chat if chat or k % 3 else _tool)(k) for k in range(start, start + n)])
+def _bulk(repo: Repository, n: int, *, start: int = 0, chat: bool = True, ref: str = "main",
+          open_spine: bool = False) -> tuple[MessageHistory, ObjectId, bytes]:
+    """A bulk import of `n` messages onto `ref`, committed: the history, its revision's id and bytes.
+    With `open_spine`, made again until its spine's leaf does not end at a cut (so a later append of
+    one message need not close it)."""
+    while True:
+        history = repo.history(ref).extend([(_chat if chat or k % 3 else _tool)(k) for k in range(start, start + n)])
+        spine = history.workspace.revision(from_hex(history.revision_id), operation=False).seq
+        if not open_spine or not _closes(spine, [["probe", b"\xff" * 32]]):  # not a cut itself
+            break
     oid = from_hex(history.revision_id)
     data = dict(history.workspace.pending())[oid]
     repo.commit(ref, history)
@@ -133,7 +158,7 @@ def test_a_light_read_and_a_header_read_give_the_revisions_fields_without_rebuil
     appending to it read the record's prefix and suffix only: with the rebuild refused, all still work
     and agree with the revision's bytes."""
     _bulk(repo, 50)
-    _history, oid, data = _bulk(repo, 900, start=50)
+    _history, oid, data = _bulk(repo, 900, start=50, open_spine=True)
     store = _store(repo)
     full = parse_object(data)
     assert isinstance(full, Revision)
@@ -157,7 +182,7 @@ def test_a_light_read_and_a_header_read_give_the_revisions_fields_without_rebuil
     opened = repo.history("main")
     assert opened.size == 950
     assert [m["content"] for m in opened.render()] == [f"message {k}" for k in range(950)]
-    child = opened.append(_chat(950))
+    child = _closing_no_leaf(opened, 950)
     repo.commit("main", child)  # the delta check reads the parent through the light read
     assert _value(store, from_hex(child.revision_id))[0] == DELTA
     assert len(repo.history("main").render()) == 951
@@ -167,9 +192,9 @@ def test_a_child_written_without_a_vouch_is_still_a_delta_on_it(
         repo: Repository, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A child whose bytes come from elsewhere (no vouch) takes the full delta check, whose parent is the
     bulk revision read light as its checkpoint; it reads back exactly in a fresh process."""
-    _history, oid, _data = _bulk(repo, 400)
+    _history, oid, _data = _bulk(repo, 400, open_spine=True)
     store = _store(repo)
-    child = repo.history("main").append(_chat(400))
+    child = _closing_no_leaf(repo.history("main"), 400)
     child_oid = from_hex(child.revision_id)
     child_data = dict(child.workspace.pending())[child_oid]
     _fresh_process(monkeypatch)  # forgets the vouch
