@@ -15,7 +15,7 @@ import cbor2
 
 from ..errors import InvalidObject, shown
 from ..ids import OID_SIZE, ObjectId, is_oid, object_id
-from .codec import MAX_OBJECT_SIZE, SMALL_HEADS, cbor_head, decode, encode
+from .codec import MAX_OBJECT_SIZE, cbor_head, decode, encode
 
 __all__ = [
     "BLOB_THRESHOLD",
@@ -24,6 +24,7 @@ __all__ = [
     "Object",
     "Revision",
     "SPINE_KEY",
+    "UNREAD_OPERATION",
     "SeqNode",
     "encode_entry",
     "encode_object",
@@ -105,6 +106,9 @@ class Entry:
 SPINE_KEY = "treeSpine"
 """A revision's field for its spine. Canonical key order puts it last (the longest key, and after
 `createdAt` and `operation` among those of its length), so the other fields are read without it."""
+UNREAD_OPERATION: dict[str, Any] = {"type": "unread"}
+"""The operation of a revision read or kept without it, for its spine, size, parent and time (never a
+valid operation, so never mistaken for one)."""
 
 
 @dataclass(frozen=True, slots=True, eq=True)
@@ -353,7 +357,6 @@ _ENTRY_FIELDS = frozenset(("type", "id", "kind", "message", "meta", "sources"))
 _ENTRY_START = b"\xa4bid"  # a map of four fields, the first "id": an entry without meta or sources
 _ENTRY_MIDDLE = {kind: b"dkind" + encode(kind) + b"dtypeeentrygmessage" for kind in ENTRY_KINDS}
 """What follows the id in such an entry's canonical bytes, by kind: then the message, its last field."""
-_TEXT_HEADS = SMALL_HEADS[3]  # the head of a text of under 256 bytes, by its length
 
 
 def encode_entry(entry: Entry) -> tuple[ObjectId, bytes]:
@@ -398,17 +401,13 @@ def encode_turn(entry_id: str, kind: str, role: str, content: str) -> tuple[Obje
         ident, role_text, content_text = entry_id.encode(), role.encode(), content.encode()
     except UnicodeEncodeError:
         return None
-    # It runs for every message of an import: the heads of texts under 256 bytes come from the table.
-    n_ident, n_role, n_content = len(ident), len(role_text), len(content_text)
-    head = b"".join((_ENTRY_START, _TEXT_HEADS[n_ident] if n_ident < 256 else cbor_head(3, n_ident), ident,
-                     _ENTRY_MIDDLE[kind]))
+    head = b"".join((_ENTRY_START, cbor_head(3, len(ident)), ident, _ENTRY_MIDDLE[kind]))
     # Canonical key order: "role" before "content" (shorter first).
-    data = b"".join((head, b"\xa2drole", _TEXT_HEADS[n_role] if n_role < 256 else cbor_head(3, n_role), role_text,
-                     b"gcontent", _TEXT_HEADS[n_content] if n_content < 256 else cbor_head(3, n_content),
-                     content_text))
+    data = b"".join((head, b"\xa2drole", cbor_head(3, len(role_text)), role_text,
+                     b"gcontent", cbor_head(3, len(content_text)), content_text))
     if len(data) > MAX_OBJECT_SIZE:
         return None
-    return object_id(data), data, len(head) if 0 < n_ident < 256 and n_role < 256 else None
+    return object_id(data), data, len(head) if 0 < len(ident) < 256 and len(role_text) < 256 else None
 
 
 def entry_message(data: bytes) -> dict[str, Any] | None:

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..errors import InvalidObject, MissingObject
 from ..format.objects import (
+    UNREAD_OPERATION,
     Entry,
     Object,
     Revision,
@@ -113,7 +114,7 @@ class Workspace:
                 # The head a history is loaded at: its next append re-encodes only the levels it changes.
                 self._last_spine = spine_bytes(obj, data)
             if oid not in self._pending and _named(obj.operation) > _LIGHT_ABOVE:
-                self._remember(oid, dataclasses.replace(obj, operation=_UNREAD))
+                self._remember(oid, dataclasses.replace(obj, operation=UNREAD_OPERATION))
                 self._light.add(oid)
                 return obj
         self._remember(oid, obj)
@@ -302,7 +303,7 @@ class Workspace:
                 self._last_spine = levels
             self._remember(oid, found)
             return found
-        light = read_revision_without_operation(self.source, oid, _UNREAD)
+        light = read_revision_without_operation(self.source, oid, UNREAD_OPERATION)
         if light is not None:  # a bulk import's, kept without its lists: they are not rebuilt here
             found, light_levels = light
             if self._last_spine is None:
@@ -311,7 +312,7 @@ class Workspace:
             self._light.add(oid)
             return found
         data = self.source.get(oid)
-        rev = revision_without_operation(data, _UNREAD) if len(data) > _LIGHT_BYTES else None
+        rev = revision_without_operation(data, UNREAD_OPERATION) if len(data) > _LIGHT_BYTES else None
         if rev is None:
             return self._decode(oid, data)
         if self._last_spine is None:
@@ -417,8 +418,6 @@ class Workspace:
         return self._introduced.get(entry_id, [])
 
 
-_UNREAD: dict[str, Any] = {"type": "unread"}
-"""The operation of a revision cached without it (never a valid operation, so never mistaken for one)."""
 
 
 def _named(operation: dict[str, Any] | None) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import DamagedData, InvalidInput, InvalidObject, MissingObject
 from ..format import seq
-from ..format.objects import Entry, Object, Revision, SeqNode, parse_object
+from ..format.objects import UNREAD_OPERATION, Entry, Object, Revision, SeqNode, parse_object
 from ..ids import ObjectId, to_hex
 from ..store.base import ObjectSource, read_revision_header, read_revision_without_operation, read_stored_append
 from .records import AppendForm, rebuild_tree
@@ -44,10 +44,6 @@ _HELD_BYTES = 32 * 1024 * 1024
 (decompress and hash) each of them a second time."""
 _SPINES = 1024
 _APPENDS = 1 << 16
-
-
-_LISTS_UNREAD: dict[str, Any] = {"type": "unread"}
-"""The operation of a revision read for its spine alone (never a valid operation)."""
 
 
 class _Reader:
@@ -90,7 +86,7 @@ class _Reader:
         not rebuilt from its whole view); any other is read as `revision` reads it."""
         rev = self._revs.get(oid)
         if rev is None:
-            light = read_revision_without_operation(self.source, oid, _LISTS_UNREAD)
+            light = read_revision_without_operation(self.source, oid, UNREAD_OPERATION)
             if light is not None:
                 self._headers[oid] = (light[0].parent, light[0].created_at)
                 return light[0].seq, light[0].size

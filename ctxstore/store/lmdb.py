@@ -33,7 +33,7 @@ from ..errors import (
 from ..format import codec, seq
 from ..format.codec import check_time_ms
 from ..format.codec import now_ms as _now_ms
-from ..format.objects import Entry, Revision, SeqNode, parse_object, revision_header
+from ..format.objects import UNREAD_OPERATION, Entry, Revision, SeqNode, parse_object, revision_header
 from ..ids import OID_SIZE, ObjectId, object_id, to_hex
 from . import packs, revisions
 from . import records as rec
@@ -70,9 +70,6 @@ _REVISIONS = revisions.RevisionCache()
 _FRAME_BATCH, _FRAME_BYTES = 256, 8 << 20
 """Leaf packs a commit frames together (`codec.compress_many`): up to this many, or these many bytes."""
 _R = TypeVar("_R")
-_LISTS_LEFT_OUT: dict[str, Any] = {"type": "unread"}
-"""The operation of a bulk revision read without its lists, as a rebuild's checkpoint or for its header
-(never a valid operation, so never mistaken for one)."""
 
 
 def _collision(oid: ObjectId, key: bytes, held: bytes) -> StoreError:
@@ -251,7 +248,7 @@ class _Records:
                                   "run `ctxstore fsck`")
             return delta[0], delta[1]
         if value[0] == BULK:
-            light = revisions.bulk_light(oid, revisions.parse_bulk(oid, value), _LISTS_LEFT_OUT)
+            light = revisions.bulk_light(oid, revisions.parse_bulk(oid, value), UNREAD_OPERATION)
             return light.parent, light.created_at
         return revision_header(self.canonical(oid, value))
 
@@ -282,7 +279,7 @@ class _Records:
         from the spine through this store's own reads (leaf packs included), then checked against its id.
         `DamagedData` if the record or the tree it names is damaged."""
         bulk = revisions.parse_bulk(oid, value)
-        light = revisions.bulk_light(oid, bulk, _LISTS_LEFT_OUT)
+        light = revisions.bulk_light(oid, bulk, UNREAD_OPERATION)
         try:
             items = seq.items_from(light.seq, light.size - bulk[1], self._nodes)
         except DamagedData:
@@ -317,7 +314,7 @@ class _Records:
             if base is not None:
                 break
             if held[0] == BULK:  # a checkpoint whose spine and size are all a rebuild needs: not cached
-                base = revisions.bulk_light(at, revisions.parse_bulk(at, held), _LISTS_LEFT_OUT)
+                base = revisions.bulk_light(at, revisions.parse_bulk(at, held), UNREAD_OPERATION)
                 break
             if held[0] != DELTA:
                 obj = parse_object(self.canonical(at, held), trusted=True)
@@ -425,16 +422,20 @@ class _Records:
         op = rev.operation
         if op is None or levels is None or len(op["entries"]) < revisions.BULK_FROM:
             return None
-        written, vouched, deleted = w.objects, w.hashed, w.deleted
-        for node in closed:
-            found = written.get(node)
-            if not (node not in deleted and self.has(node) if found is None
-                    else node in vouched or object_id(found) == node):
-                return None
+        if not all(self._at_rebuild(node, w) for node in closed):
+            return None
         cut = revisions.bulk_cut(rev, data, levels)
         if cut is None:
             return None
         return revisions.bulk_value(oid, cut[0], len(op["entries"]), cut[1], len(data))
+
+    def _at_rebuild(self, node: ObjectId, w: WriteSet) -> bool:
+        """Whether a node a bulk revision's rebuild reads will be there as written: written by this
+        transaction and vouched for or checked against its id, or held and not deleted by it."""
+        found = w.objects.get(node)
+        if found is None:
+            return node not in w.deleted and self.has(node)
+        return node in w.hashed or object_id(found) == node
 
     def has(self, oid: ObjectId) -> bool:
         return self.record(oid) is not None
@@ -476,13 +477,10 @@ class _Records:
         if found[:rec.KEY_SIZE] != key:
             return None
         keys, pieces = [found], [record]
-        # `pieces_problem`'s check, inline: a render reads every pack of a view here.
-        well_formed = len(found) == rec.PIECE_KEY_SIZE and found[rec.KEY_SIZE] == 0
         while cursor.next() and (found := cursor.key())[:rec.KEY_SIZE] == key:
-            well_formed = well_formed and len(found) == rec.PIECE_KEY_SIZE and found[rec.KEY_SIZE] == len(keys)
             keys.append(found)
             pieces.append(cursor.value())
-        problem = None if well_formed else rec.pieces_problem(keys)
+        problem = rec.pieces_problem(keys)
         if problem is not None:
             raise self._damaged_pack(key, problem, leaf)
         return record if len(pieces) == 1 else b"".join(pieces)

@@ -55,7 +55,7 @@ import blake3
 import cbor2
 
 from ..errors import DamagedData, EncodingError
-from ..format.codec import array_head_at, cbor_head
+from ..format.codec import SMALL_HEADS, array_head_at, cbor_head
 from ..format.objects import SeqNode
 from ..format.seq import encode_node
 from ..ids import ObjectId, object_id, to_hex
@@ -121,7 +121,7 @@ def names_its_entries(items: Sequence[Sequence[Any]], entries: Sequence[tuple[by
     # as bytes there: this runs for every entry a commit packs.
     for (entry_id, _), (data, _) in zip(items, entries, strict=True):
         text = entry_id.encode()
-        if len(text) > 255 or not data.startswith(_ID_HEADS[len(text)] + text, len(_CHAT_START)):
+        if len(text) > 255 or not data.startswith(SMALL_HEADS[3][len(text)] + text, len(_CHAT_START)):
             return False
     return True
 
@@ -212,7 +212,6 @@ def _text_span(data: bytes, at: int, widest: int) -> tuple[int, int]:
 
 
 _NULL = b"\xf6"
-_ID_HEADS = [cbor_head(3, n) for n in range(256)]  # the head of a chat entry's id, by its length in bytes
 _CHAT_START = b"\xa4bid"  # a map of four fields, the first "id"
 _TURN, _SUMMARY = (b"dkind" + bytes([0x60 + len(kind)]) + kind.encode() + b"dtypeeentrygmessage"
                    for kind in ("turn", "summary"))
