@@ -200,6 +200,7 @@ def test_fsck_reports_a_ref_whose_value_is_not_an_object_id(repo_path: Path) -> 
     with Repository.open(repo_path) as repo:
         repo.append("main", [_user("one")])
         env = repo.store.environment  # the LMDB environment: write a ref value no API would write
+        repo.store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
         with env.env.begin(write=True) as txn:
             txn.put(b"refs/heads/broken", b"\x01\x02\x03", db=env.dbs[REFS])
     result = CliRunner().invoke(cli, ["--repo", str(repo_path), "fsck"])
@@ -225,6 +226,7 @@ def test_a_corrupt_store_is_damage_for_render_and_a_path_clone(tmp_path: Path, s
 
         def head_record() -> tuple[bytes, bytes]:
             head = bytes.fromhex(repo.head("main") or "")
+            repo.store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
             with env.env.begin() as txn:
                 return next((bytes(k), bytes(v)) for k, v in txn.cursor(db=env.dbs[OBJECTS])
                             if head.startswith(k))
@@ -241,6 +243,7 @@ def test_a_corrupt_store_is_damage_for_render_and_a_path_clone(tmp_path: Path, s
             damaged[HEAD_SIZE + 2] ^= 0xFF
         else:  # the delta record's check
             damaged[-3] ^= 0xFF
+        repo.store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
         with env.env.begin(write=True) as txn:
             txn.put(key, bytes(damaged), db=env.dbs[OBJECTS])
     for args in (["--repo", str(src), "render", "main"], ["clone", str(src), str(tmp_path / "dst")]):

@@ -444,10 +444,12 @@ def test_a_damaged_delta_record_stops_the_pack_with_damaged_data(tmp_path: Any) 
             history = MessageHistory(source=store, head=history.revision_id).append({"role": "user", "content": "x"})
             store.put_many(history.workspace.pending())
             head = from_hex(history.revision_id)
+            store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
             with env.env.begin() as txn:
                 if txn.get(rec.object_key(head), db=env.dbs[rec.OBJECTS])[rec.HEAD_SIZE] == revisions.DELTA:
                     break
             base = from_hex(history.revision_id)
+        store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
         with env.env.begin(write=True) as txn:
             key = rec.object_key(head)
             record = bytearray(txn.get(key, db=env.dbs[rec.OBJECTS]))

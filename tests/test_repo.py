@@ -61,7 +61,7 @@ def test_a_repository_of_an_earlier_format_is_refused_naming_it(tmp_path: Path) 
     """Format 6 keeps leaf packs in pieces; a repository of format 5 (each pack whole) is refused on open,
     not read as damaged."""
     Repository.init(tmp_path / "r", durable=False).close()
-    assert (tmp_path / "r" / "format").read_text() == "ctxstore repository 6\n"
+    assert (tmp_path / "r" / "format").read_text() == "ctxstore repository 7\n"
     (tmp_path / "r" / "format").write_text("ctxstore repository 5\n")
     with pytest.raises(NotARepository, match="format 'ctxstore repository 5'"):
         Repository.open(tmp_path / "r")

@@ -73,6 +73,7 @@ def _closing_no_leaf(history: MessageHistory, n: int) -> MessageHistory:
 
 def _value(store: LmdbStore, oid: ObjectId) -> bytes:
     env = store.environment
+    store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
     with env.env.begin() as txn:
         record = txn.get(rec.object_key(oid), db=env.dbs[rec.OBJECTS])
     assert record is not None
@@ -81,6 +82,7 @@ def _value(store: LmdbStore, oid: ObjectId) -> bytes:
 
 def _put_value(store: LmdbStore, oid: ObjectId, value: bytes) -> None:
     env = store.environment
+    store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
     with env.env.begin(write=True) as txn:
         key = rec.object_key(oid)
         record = txn.get(key, db=env.dbs[rec.OBJECTS])
@@ -306,6 +308,7 @@ def test_damage_to_the_tree_it_rebuilds_from_is_refused(
     leaves, inner = _tree(store, data)
     assert inner and _value(store, leaves[0])[0] == packs.LEAF_PACK and _value(store, oid)[0] == BULK
     env = store.environment
+    store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
     with env.env.begin(write=True) as txn:
         if where == "missing leaf":
             txn.delete(rec.object_key(leaves[0]), db=env.dbs[rec.OBJECTS])

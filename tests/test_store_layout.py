@@ -55,6 +55,7 @@ def test_objects_are_keyed_by_half_their_id_with_the_time_and_the_rest_in_the_va
     items = [chat(i) for i in range(20)]
     with LmdbStore(tmp_path / "s", durable=False, clock=clock) as store:
         store.put_many(items)
+        store.checkpoint()  # the commit log into LMDB, which is read directly below
     dbs = raw_databases(tmp_path / "s")
     assert set(dbs[b"objs"]) == {oid[:KEY_SIZE] for oid, _ in items}
     assert not dbs.get(b"objects") and not dbs.get(b"times")
@@ -108,8 +109,11 @@ def test_a_new_store_has_exactly_the_databases_of_the_layout(tmp_path: Path) -> 
             txn.set_ref("refs/heads/main", chat(1)[0])
             txn.append_reflog("refs/heads/main", b"r")
             txn.set_config("k", b"v")
+        store.checkpoint()
     dbs = raw_databases(tmp_path / "s")
     assert set(dbs) == set(DATABASES) and not set(dbs) & set(OLD_DATABASES)
+    assert dbs[b"log"] == {b"generation": (1).to_bytes(8, "big")}  # one checkpoint
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["data.mdb", "lock.mdb", "log.0000000000000001"]
     assert dbs[b"refs"] == {b"refs/heads/main": chat(1)[0]}
     assert dbs[b"reflog"] == {b"refs/heads/main\x00" + bytes(8): b"r"}
     assert dbs[b"config"] == {b"k": b"v"}
@@ -136,6 +140,7 @@ def test_a_repository_over_the_old_layout_is_refused_on_open(tmp_path: Path) -> 
         history = repo.history("main").extend([{"role": "user", "content": f"m{i}"} for i in range(50)])
         repo.commit("main", history)
         head = history.revision_id
+        repo.store.checkpoint()  # type: ignore[attr-defined]
     # Rewrite its store in the old layout, ref and all.
     db = tmp_path / "r" / "db"
     dbs = raw_databases(db)

@@ -103,6 +103,7 @@ def test_a_tiny_map_grows_and_another_process_adopts_the_growth(tmp_path: Path) 
             items = [bulky(i) for i in range(400)]  # ~800 KB, far past 64 KiB
             for start in range(0, len(items), 50):
                 store.put_many(items[start:start + 50])
+            store.checkpoint()  # the commit log into LMDB, which fills the map
             assert store.map_size() > 64 * 1024
             go.put(True)
             oids.put([oid for oid, _ in items])
@@ -157,16 +158,23 @@ def test_durability_modes_and_sync(tmp_path: Path) -> None:
         assert again.get(chat(1)[0]) == chat(1)[1]
 
 
-def test_a_durable_store_on_an_environment_opened_non_durable_still_syncs(tmp_path: Path) -> None:
-    synced: list[bool] = []
+def test_a_durable_store_on_an_environment_opened_non_durable_still_syncs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    original = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), original(fd))[1])
     with LmdbStore(tmp_path / "s", durable=False) as fast, LmdbStore(tmp_path / "s") as safe:
-        env = safe.environment
-        original = env.sync
-        env.sync = lambda: (synced.append(True), original())[1]  # type: ignore[method-assign]
+        synced.clear()  # making the empty log flushed it
         fast.put_many([chat(1)])
         assert synced == []
-        safe.put_many([chat(2)])
-        assert synced == [True]
+        safe.put_many([chat(2)])  # its record is flushed with the commit
+        assert len(synced) == 1
+        env = safe.environment
+        flushed: list[bool] = []
+        lmdb_sync = env.sync
+        env.sync = lambda: (flushed.append(True), lmdb_sync())[1]  # type: ignore[method-assign]
+        safe.checkpoint()  # LMDB is flushed before the log it took in is deleted
+        assert flushed == [True] and safe.get(chat(2)[0]) == chat(2)[1]
 
 
 def test_stores_on_one_path_share_one_environment_until_the_last_closes(tmp_path: Path) -> None:
@@ -230,6 +238,7 @@ def _in_threads(work: Callable[[int], None], n: int) -> list[BaseException]:
 
 def test_threads_writing_through_map_growth_lose_nothing(tmp_path: Path) -> None:
     with LmdbStore(tmp_path / "s", map_size=64 * 1024, durable=False) as store:
+        store.environment.checkpoint_bytes = 16 * 1024  # checkpoints, which grow the map, among the commits
 
         def work(t: int) -> None:
             for j in range(20):
@@ -334,11 +343,12 @@ def test_appenders_to_one_ref_through_map_growth_lose_no_commit(tmp_path: Path) 
     from ctxstore import Repository
 
     with LmdbStore(tmp_path / "s", map_size=64 * 1024, durable=False) as store:
+        store.environment.checkpoint_bytes = 16 * 1024  # checkpoints, which grow the map, among the commits
         repo = Repository(store)
 
         def work(t: int) -> None:
             for j in range(15):
-                repo.append("main", [{"role": "user", "content": f"{t}:{j} " + "x" * 3000}])
+                repo.append("main", [{"role": "user", "content": f"{t}:{j} " + os.urandom(1500).hex()}])
 
         assert _in_threads(work, 4) == []
         texts = sorted(m["content"].split()[0] for m in repo.history("main").render())

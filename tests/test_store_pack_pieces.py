@@ -156,6 +156,7 @@ def _target(shape: str, page_size: int) -> tuple[int, bool]:
 def _pieces(store: LmdbStore, key: bytes = b"") -> list[tuple[bytes, bytes]]:
     """The keys and values in ``packs`` that start with `key` (all of them for b""), in key order."""
     env = store.environment
+    store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
     with env.env.begin() as txn:
         return [(bytes(k), bytes(v)) for k, v in txn.cursor(db=env.dbs[rec.PACKS]) if k.startswith(key)]
 
@@ -255,6 +256,7 @@ def test_a_recompressed_pack_that_needs_fewer_pieces_leaves_no_stale_tail(tmp_pa
 
 def _edit(store: LmdbStore, change: Callable[[lmdb.Transaction[bytes], lmdb._Database], None]) -> None:
     env = store.environment
+    store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
     with env.env.begin(write=True) as txn:
         change(txn, env.dbs[rec.PACKS])
 

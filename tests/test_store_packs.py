@@ -35,6 +35,7 @@ def _chat(n: int) -> dict[str, Any]:
 
 def _value(store: LmdbStore, oid: ObjectId) -> bytes:
     env = store.environment
+    store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
     with env.env.begin() as txn:
         return rec.record_value(txn.get(rec.object_key(oid), db=env.dbs[rec.OBJECTS]))
 
@@ -42,6 +43,7 @@ def _value(store: LmdbStore, oid: ObjectId) -> bytes:
 def _pieces(store: LmdbStore, key: bytes) -> list[tuple[bytes, bytes]]:
     """The keys and values in ``packs`` that start with `key`, in key order."""
     env = store.environment
+    store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
     with env.env.begin() as txn:
         return [(bytes(k), bytes(v)) for k, v in txn.cursor(db=env.dbs[rec.PACKS]) if k.startswith(key)]
 
@@ -68,6 +70,7 @@ def _with_a_closed_leaf(count: int, onto: MessageHistory | None = None) -> tuple
 
 def _damage(store: LmdbStore, oid: ObjectId, at: int) -> None:
     env = store.environment
+    store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
     with env.env.begin(write=True) as txn:
         key = rec.object_key(oid)
         record = bytearray(txn.get(key, db=env.dbs[rec.OBJECTS]))
@@ -81,6 +84,7 @@ def _damage_pack(store: LmdbStore, leaf: ObjectId, at: int) -> None:
     record = bytearray(b"".join(value for _, value in pieces))
     record[at] ^= 0x01
     env = store.environment
+    store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
     with env.env.begin(write=True) as txn:
         start = 0
         for key, value in pieces:
@@ -485,15 +489,15 @@ def test_a_commit_whose_leaf_another_writer_stored_meanwhile_prepares_again(tmp_
     with LmdbStore(tmp_path / "s", durable=False, auto_dictionary=False) as store:
         env = store.environment
         writes = WriteSet(objects=dict(made))
-        txn = env.begin(True)
-        stale = lmdb_store._Records(env, txn).prepare(writes, 1, 0, None)
+        txn, view = env.begin_view(True)
+        stale = lmdb_store._Records(env, view).prepare(writes, 1, 0, None)
         env.end(txn, commit=False)
         store.put_many([(leaf, made[leaf])])  # meanwhile: the leaf alone (so it is stored whole)
-        txn = env.begin(True)
-        records = lmdb_store._Records(env, txn)
+        first = env.begin_view(True)
+        records = lmdb_store._Records(env, first[1])
         assert records.holds_any(key for key, _ in stale.packs)
-        records.apply(writes, 2, records.prepare(writes, 2, 0, None))
-        env.end(txn, commit=True)
+        env.run_write(lambda t: records.apply(writes, 2, records.prepare(writes, 2, 0, None)), need=0, sync=False,
+                      first=first)
         lmdb_store._PACKS.clear()
         assert all(store.get(oid) == data for oid, data in made.items())
 
@@ -634,6 +638,7 @@ def _packs_held(store: LmdbStore) -> dict[bytes, bytes]:
     """Each pack's record (its pieces joined) by its leaf's record key."""
     env = store.environment
     held: dict[bytes, bytes] = {}
+    store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
     with env.env.begin() as txn:
         for key, value in txn.cursor(db=env.dbs[rec.PACKS]):
             held[bytes(key[:rec.KEY_SIZE])] = held.get(bytes(key[:rec.KEY_SIZE]), b"") + bytes(value)
@@ -643,6 +648,7 @@ def _packs_held(store: LmdbStore) -> dict[bytes, bytes]:
 def _put_pack(store: LmdbStore, key: bytes, record: bytes) -> None:
     """Store a pack's record under `key` as the store cuts it into pieces."""
     env = store.environment
+    store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
     with env.env.begin(write=True) as txn:
         for index, piece in enumerate(rec.pack_pieces(record, env.page_size)):
             txn.put(rec.piece_key(key, index), piece, db=env.dbs[rec.PACKS])
@@ -655,6 +661,7 @@ def test_a_store_whose_packs_all_have_their_markers_has_no_layout_problems(tmp_p
         assert isinstance(store, LmdbStore)
         held = _packs_held(store)
         assert held  # the check below walks real packs, each under a leaf's marker
+        store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
         with store.environment.env.begin() as txn:
             markers = {key: txn.get(key, db=store.environment.dbs[rec.OBJECTS]) for key in held}
         assert all(m is not None and rec.record_value(m)[0] == packs.LEAF_PACK for m in markers.values())
@@ -676,6 +683,7 @@ def test_fsck_names_a_pack_under_no_object_and_one_under_an_object_not_stored_pa
         assert _value(store, head)[0] != packs.LEAF_PACK
         some_pack = next(iter(_packs_held(store).values()))
         nowhere = bytes(range(rec.KEY_SIZE))  # no object's id starts with these bytes
+        store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
         with store.environment.env.begin() as txn:
             assert txn.get(nowhere, db=store.environment.dbs[rec.OBJECTS]) is None
         _put_pack(store, nowhere, some_pack)

@@ -33,12 +33,14 @@ def _chat(i: int) -> dict[str, str]:
 
 def _value(store: LmdbStore, oid: ObjectId) -> bytes:
     env = store.environment
+    store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
     with env.env.begin() as txn:
         return rec.record_value(txn.get(rec.object_key(oid), db=env.dbs[rec.OBJECTS]))
 
 
 def _codecs(store: LmdbStore, oids: list[ObjectId]) -> list[int]:
     env = store.environment
+    store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
     with env.env.begin() as txn:
         return [rec.record_value(txn.get(rec.object_key(oid), db=env.dbs[rec.OBJECTS]))[0] for oid in oids]
 
@@ -61,6 +63,7 @@ def test_a_large_first_commit_is_written_with_a_dictionary_trained_on_its_own_ob
         leaves = [oid for oid, data in made if seq.is_leaf_bytes(data)]
         assert leaves and set(_codecs(store, leaves)) == {packs.LEAF_PACK}
         env = store.environment
+        store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
         with env.env.begin() as txn:
             framing = {txn.get(rec.piece_key(rec.object_key(oid), 0), db=env.dbs[rec.PACKS])[packs.FRAMED_AT]
                        for oid in leaves}
@@ -206,6 +209,7 @@ def test_a_damaged_frame_read_in_a_batch_is_refused(tmp_path: Path) -> None:
         store.put_many(made)
         oid = next(o for o, d in made if d[1:4] == b"bid")
         env = store.environment
+        store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
         with env.env.begin(write=True) as txn:
             record = bytearray(txn.get(rec.object_key(oid), db=env.dbs[rec.OBJECTS]))
             record[-2] ^= 0xFF

@@ -43,6 +43,7 @@ def _commit_each(store: LmdbStore, messages: int, per_commit: int = 1) -> Messag
 
 
 def _codec_of(store: LmdbStore, oid: ObjectId) -> int:
+    store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
     with store.environment.env.begin() as txn:
         record = txn.get(rec.object_key(oid), db=store.environment.dbs[rec.OBJECTS])
     return rec.record_value(record)[0]
@@ -69,6 +70,7 @@ def test_no_read_replays_more_than_the_chain_limit(tmp_path: Path) -> None:
         history = _commit_each(store, 600)
         depths = []
         for oid, _ in _revisions(history):
+            store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
             value = store.environment.env.begin().get(rec.object_key(oid), db=store.environment.dbs[rec.OBJECTS])
             value = rec.record_value(value)
             depths.append(value[1] if value[0] == DELTA else 0)
@@ -115,6 +117,7 @@ def test_a_changed_stored_value_is_refused_not_returned(tmp_path: Path) -> None:
         entry_oid = next(oid for oid, d in history.workspace.pending() if isinstance(parse_object(d), Entry))
         env = store.environment
         for oid in (delta_oid, entry_oid):
+            store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
             with env.env.begin(write=True) as txn:
                 key = rec.object_key(oid)
                 record = bytearray(txn.get(key, db=env.dbs[rec.OBJECTS]))
@@ -170,6 +173,7 @@ def test_a_header_read_of_a_delta_reads_its_record_without_rebuilding(
         assert rebuilds == []
         oid = revs[-1][0]
         env = store.environment
+        store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
         with env.env.begin(write=True) as txn:
             key = rec.object_key(oid)
             record = bytearray(txn.get(key, db=env.dbs[rec.OBJECTS]))
@@ -182,6 +186,7 @@ def test_a_header_read_of_a_delta_reads_its_record_without_rebuilding(
             store.revision_header(oid)  # the record's check
         with pytest.raises(DamagedData):
             store.get(oid)  # the full read checks the id
+        store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
         with env.env.begin(write=True) as txn:
             txn.put(key, bytes(record[:rec.HEAD_SIZE + 2]) + b"\xff", db=env.dbs[rec.OBJECTS])
         with pytest.raises(DamagedData):
@@ -214,6 +219,7 @@ def test_a_stored_append_is_the_revisions_own_append_and_none_for_a_whole_one(tm
         assert read_stored_append(MemoryStore(), _revisions(history)[-1][0]) is None
         env = store.environment
         delta_oid = next(oid for oid, _ in reversed(_revisions(history)) if _codec_of(store, oid) == DELTA)
+        store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
         with env.env.begin(write=True) as txn:
             key = rec.object_key(delta_oid)
             record = bytearray(txn.get(key, db=env.dbs[rec.OBJECTS]))
@@ -225,6 +231,7 @@ def test_a_stored_append_is_the_revisions_own_append_and_none_for_a_whole_one(tm
 
 def _stored_values(store: LmdbStore, oids: list[ObjectId]) -> list[bytes]:
     env = store.environment
+    store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
     with env.env.begin() as txn:
         return [rec.record_value(txn.get(rec.object_key(oid), db=env.dbs[rec.OBJECTS])) for oid in oids]
 

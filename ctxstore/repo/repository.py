@@ -38,7 +38,7 @@ from .reports import CommitResult, FsckReport, GcReport, ReflogEntry, RepoStats,
 
 __all__ = ["FORMAT", "Repository"]
 
-FORMAT: Final = "ctxstore repository 6\n"
+FORMAT: Final = "ctxstore repository 7\n"
 """The contents of a repository's ``format`` file; a different first word or version is refused."""
 _FORMAT_FILE = "format"
 _DB_DIR = "db"

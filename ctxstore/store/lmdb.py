@@ -89,7 +89,8 @@ class _Records:
 
     __slots__ = ("_dbs", "_e", "_t")
 
-    def __init__(self, env: Environment, txn: lmdb.Transaction[bytes]) -> None:
+    def __init__(self, env: Environment, txn: Any) -> None:
+        # `txn` is LMDB's transaction, or a `lmdb_log.View` of it through the commit log (the same calls).
         self._e = env
         self._t = txn
         self._dbs = env.dbs
@@ -632,9 +633,9 @@ class _Records:
                 found[key.decode()] = ObjectId(bytes(value))
         return found
 
-    def _newest_reflog_key(self, cursor: lmdb.Cursor[bytes], name: str) -> bool:
+    def _newest_reflog_key(self, cursor: Any, name: str) -> bool:
         """Put `cursor` on the newest record key at or before `name`'s (False: there is none)."""
-        return cursor.prev() if cursor.set_range(rec.reflog_end(name)) else cursor.last()
+        return bool(cursor.prev() if cursor.set_range(rec.reflog_end(name)) else cursor.last())
 
     def reflog(self, name: str) -> list[bytes]:
         prefix = rec.reflog_prefix(name)
@@ -1076,6 +1077,16 @@ class LmdbStore(BatchWrites):
         """Flush every commit so far to disk (what `durable=False` skips per commit)."""
         self.environment.sync()
 
+    def checkpoint(self) -> None:
+        """Apply the commit log to LMDB now and start an empty log (docs/storage.md, *Commit log*).
+
+        Commits do it themselves when the log passes `lmdb_log.CHECKPOINT_BYTES`; this is for a tool that
+        reads or copies LMDB's file directly, or to leave the store with no log to read on open."""
+        if self._opts.readonly:
+            raise StoreError(f"the store at {self.path} was opened read-only; open it without "
+                             "readonly=True to checkpoint it")
+        self.environment.checkpoint()
+
     # -- transactions ----------------------------------------------------------------------------------
 
     @contextmanager
@@ -1093,8 +1104,8 @@ class LmdbStore(BatchWrites):
             if getattr(env.writing, "active", False):
                 raise StoreError("a write transaction is already open in this thread; LMDB allows one "
                                  "writer at a time, so do this work inside that transaction")
-        ltxn = env.begin(write)
-        txn = Transaction(_Records(env, ltxn), write=write)
+        ltxn, view = env.begin_view(write)
+        txn = Transaction(_Records(env, view), write=write)
         if write:
             env.writing.active = True
         try:
@@ -1104,7 +1115,7 @@ class LmdbStore(BatchWrites):
                 env.end(ltxn, commit=False)
                 raise
             if write:
-                self._commit(env, txn, ltxn)
+                self._commit(env, txn, (ltxn, view))
             else:
                 env.end(ltxn, commit=False)
         finally:
@@ -1112,7 +1123,7 @@ class LmdbStore(BatchWrites):
             if write:
                 env.writing.active = False
 
-    def _commit(self, env: Environment, txn: Transaction, ltxn: lmdb.Transaction[bytes]) -> None:
+    def _commit(self, env: Environment, txn: Transaction, first: tuple[lmdb.Transaction[bytes], Any]) -> None:
         w = txn.pending_writes()
         now = check_time_ms(self._clock(), "the store's clock")
         auto = self._opts.auto_dictionary and bool(w.objects)
@@ -1122,7 +1133,7 @@ class LmdbStore(BatchWrites):
         trained: list[tuple[int, zstandard.ZstdCompressionDict | None]] = []
         due: list[int] = []
 
-        def body(t: lmdb.Transaction[bytes]) -> None:
+        def body(t: Any) -> None:
             if not w:
                 return
             records = _Records(env, t)
@@ -1150,8 +1161,11 @@ class LmdbStore(BatchWrites):
                 if held >= _TRAIN_AT.get(self.path, AUTO_DICT_OBJECTS) and records.current_dict() == 0:
                     due[:] = [held]
 
-        env.run_write(body, need=w.size_hint(), sync=self._opts.durable and bool(w), first=ltxn,
-                      still_valid=lambda t: txn.rebind(_Records(env, t)))
+        # A commit that may train a dictionary (and rewrite what the store holds with it) goes straight
+        # into LMDB, as a large one does: the commit log is for the small commits of a conversation.
+        env.run_write(body, need=w.size_hint(), sync=self._opts.durable and bool(w), first=first,
+                      still_valid=lambda t: txn.rebind(_Records(env, t)),
+                      direct=auto and len(w.objects) >= AUTO_DICT_OBJECTS)
         if trained:
             dict_id, made = trained[0]
             if made is None:
@@ -1170,9 +1184,9 @@ class LmdbStore(BatchWrites):
     @contextmanager
     def _reading(self) -> Iterator[_Records]:
         env = self.environment
-        ltxn = env.begin(False)
+        ltxn, view = env.begin_view(False)
         try:
-            yield _Records(env, ltxn)
+            yield _Records(env, view)
         finally:
             env.end(ltxn, commit=False)
 
@@ -1321,12 +1335,12 @@ class LmdbStore(BatchWrites):
         env = self.environment
         stored: list[int] = []
 
-        def store(ltxn: lmdb.Transaction[bytes]) -> None:
+        def store(ltxn: Any) -> None:
             records = _Records(env, ltxn)
             stored[:] = [records.put_dict(data)]
             if recompress:
                 records.recompress(stored[0], zstandard.ZstdCompressionDict(data))
 
-        env.run_write(store, need=len(data), sync=self._opts.durable)
+        env.run_write(store, need=len(data), sync=self._opts.durable, direct=recompress)
         env.dicts.setdefault(stored[0], zstandard.ZstdCompressionDict(data))
         return stored[0]

@@ -11,19 +11,30 @@ read them. Only this module and `lmdb` (the backend) import the third-party `lmd
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from typing import Any
 
 import lmdb
 import zstandard
 
 from ..errors import NotARepository, RefMoved, StoreError
-from .records import DATABASES, OLD_DATABASES
+from .files import NO_SPACE, disk_full, disk_full_error
+from .lmdb_log import (
+    CHECKPOINT_BYTES,
+    DIRECT_BYTES,
+    CommitLog,
+    Stale,
+    View,
+    checkpoint_into,
+    generation_of,
+    log_name,
+)
+from .records import DATABASES, LOG, OBJECTS, OLD_DATABASES
 
-__all__ = ["MAX_READERS", "Environment", "SharedLock", "acquire", "disk_full", "disk_full_error", "release",
+__all__ = ["MAX_READERS", "Environment", "SharedLock", "acquire", "release",
            "store_error"]
 
 MAX_READERS = 1022
@@ -32,32 +43,6 @@ _GROW_STEP_LIMIT = 4 * 1024**3
 _LOCK_FILE = "lock.mdb"
 _LOCK_FILE_BYTES = (MAX_READERS + 2) * 64
 """LMDB's lock file for `MAX_READERS` slots: a 192-byte header and 64 bytes per further reader."""
-_FULL_BELOW = 256 * 1024
-"""Free bytes under which a failed write is put down to a full disk."""
-_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
-
-
-def disk_full(path: str) -> bool:
-    """Whether the file system holding `path` (or its nearest existing parent) has next to no room left."""
-    probe = path
-    while probe and not os.path.exists(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
-    try:
-        st = os.statvfs(probe or ".")
-    except OSError:
-        return False
-    return st.f_bavail * st.f_frsize < _FULL_BELOW
-
-
-def disk_full_error(path: str, doing: str) -> StoreError:
-    """The `StoreError` for a write that found no space left on the disk holding `path`."""
-    return StoreError(f"the disk is full (no space left on device) while {doing} in {path}; free some space "
-                      "and retry: nothing stored was changed")
-
-
 def store_error(exc: lmdb.Error, path: str, doing: str) -> StoreError:
     """The `StoreError` for an LMDB failure while `doing` something to the store at `path`.
 
@@ -84,7 +69,7 @@ def _allocate_lock_file(path: str, readonly: bool) -> None:
             os.makedirs(path, exist_ok=True)
         fd = os.open(os.path.join(path, _LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        if exc.errno in _NO_SPACE:
+        if exc.errno in NO_SPACE:
             raise disk_full_error(path, "making LMDB's lock file") from None
         return  # absent directory, read-only file system, permissions: LMDB says which
     try:
@@ -92,7 +77,7 @@ def _allocate_lock_file(path: str, readonly: bool) -> None:
         if st.st_blocks * 512 < _LOCK_FILE_BYTES or st.st_size < _LOCK_FILE_BYTES:
             os.posix_fallocate(fd, 0, _LOCK_FILE_BYTES)
     except OSError as exc:
-        if exc.errno in _NO_SPACE:
+        if exc.errno in NO_SPACE:
             raise disk_full_error(path, "making LMDB's lock file") from None
     finally:
         os.close(fd)
@@ -190,6 +175,13 @@ class Environment:
             self.page_size = int(self.env.stat()["psize"])
             self._refuse_old_layout()
             self.dbs = self._open_dbs()
+            self.handles = [self.dbs[name] for name in DATABASES]
+            self.index = {handle: i for i, handle in enumerate(self.handles)}
+            self.log = CommitLog(path, len(DATABASES), DATABASES.index(OBJECTS), self.dbs[LOG], readonly)
+            self.checkpoint_bytes = CHECKPOINT_BYTES
+            """The log's length at which a commit checkpoints it (tests lower it to checkpoint often)."""
+            if not readonly:
+                self._start_log()
         except BaseException:
             self.env.close()
             raise
@@ -204,7 +196,16 @@ class Environment:
         if old:
             raise NotARepository(f"{self.path} holds objects in the old layout (databases {', '.join(old)}), "
                                  "which this ctxstore does not read; it reads only the `objs` layout of "
-                                 "repository format 6 (docs/storage.md)")
+                                 "repository format 7 (docs/storage.md)")
+
+    def _start_log(self) -> None:
+        """Make the log of the generation LMDB names if it is missing (a new store), under LMDB's writer
+        lock, and delete the logs of older generations a checkpoint left behind."""
+        with self.env.begin(write=True) as txn:
+            generation = generation_of(txn, self.dbs[LOG])
+            if not os.path.exists(os.path.join(self.path, log_name(generation))):
+                self.log.create(generation)
+        self.log.remove_older(generation)
 
     def _open_dbs(self) -> dict[bytes, lmdb._Database]:
         dbs: dict[bytes, lmdb._Database] = {}
@@ -276,6 +277,33 @@ class Environment:
             except lmdb.Error as exc:
                 raise store_error(exc, self.path, f"growing the map to {new} bytes") from None
 
+    def begin_view(self, write: bool) -> tuple[lmdb.Transaction[bytes], Any]:
+        """Begin an LMDB transaction (`begin`) and the view the store's records read and write through:
+        the transaction itself when the commit log holds nothing (a read), else a `View` through the
+        log's overlay (a write always: its writes go to the log). The log is caught up first; a read
+        transaction begun before a checkpoint it needs the log of is begun again."""
+        missing_ok = False
+        objs = self.dbs[OBJECTS]
+        for _ in range(64):
+            txn = self.begin(write)
+
+            def held(key: bytes, t: lmdb.Transaction[bytes] = txn) -> bool:
+                return t.get(key, db=objs) is not None
+
+            try:
+                overlay = self.log.overlay(txn, held, writer=write, missing_ok=missing_ok)
+            except Stale as stale:
+                self.end(txn, commit=False)
+                missing_ok = stale.missing
+                continue
+            except BaseException:
+                self.end(txn, commit=False)
+                raise
+            if not write and overlay.empty():
+                return txn, txn
+            return txn, View(txn, self.index, overlay, write)
+        raise StoreError(f"checkpoints of the commit log in {self.path} kept overtaking a read; retry")
+
     def _attempt(self, ltxn: lmdb.Transaction[bytes], body: Callable[[lmdb.Transaction[bytes]], None]) -> bool:
         """Run `body` in a begun write transaction and commit; False if the map filled.
 
@@ -300,33 +328,66 @@ class Environment:
         finally:
             self.lock.release()
 
-    def run_write(self, body: Callable[[lmdb.Transaction[bytes]], None], *, need: int, sync: bool,
-                  first: lmdb.Transaction[bytes] | None = None,
-                  still_valid: Callable[[lmdb.Transaction[bytes]], bool] | None = None) -> None:
-        """Run `body` in a write transaction and commit, growing the map and re-running `body` if it fills.
+    def run_write(self, body: Callable[[Any], None], *, need: int, sync: bool,
+                  first: tuple[lmdb.Transaction[bytes], Any] | None = None,
+                  still_valid: Callable[[Any], bool] | None = None, direct: bool = False) -> None:
+        """Run `body` on a write view (`begin_view`) and commit what it wrote.
 
-        `need` is about how many bytes `body` writes. `first` is a write transaction from `begin` that the
-        caller has already read in; after growing the map the retry runs in a fresh one, and only if
-        `still_valid(fresh)` says the caller's reads still hold (else nothing is written: `RefMoved`, a
-        lost race the caller retries).
-        With `sync`, a commit is flushed even if this environment was opened non-durable.
+        A commit appends what `body` wrote to the commit log, flushed when `sync`, and checkpoints the
+        log into LMDB when that leaves it `checkpoint_bytes` long. A commit that writes about `need` >=
+        `DIRECT_BYTES` bytes, or with `direct`, checkpoints first and runs `body` on LMDB's transaction
+        itself, in the same LMDB commit (growing the map and re-running both if it fills). `first` is a
+        write transaction and view from `begin_view` that the caller has already read through; after
+        growing the map the retry runs in a fresh one, and only if `still_valid(fresh view)` says the
+        caller's reads still hold (else nothing is written: `RefMoved`, a lost race the caller
+        retries). With `sync`, a commit is flushed even if this environment was opened non-durable.
         """
-        ltxn = first if first is not None else self.begin(write=True)
+        ltxn, view = first if first is not None else self.begin_view(True)
+        if not (direct or need >= DIRECT_BYTES):
+            try:
+                body(view)
+                ops = view.delta_ops()
+                if ops:
+                    objs = self.dbs[OBJECTS]
+                    self.log.append(view.overlay, ops, sync,
+                                    lambda key: ltxn.get(key, db=objs) is not None)
+            finally:
+                self.end(ltxn, commit=False)
+            if ops and view.overlay.end >= self.checkpoint_bytes:
+                self.checkpoint()
+            return
+        made: list[int] = []
+
+        def whole(t: lmdb.Transaction[bytes]) -> None:
+            overlay = view.overlay
+            made.clear()
+            if not overlay.empty():
+                made.append(checkpoint_into(t, overlay, self.handles, self.dbs[LOG]))
+                self.log.create(made[0])  # before LMDB names it: a named generation's log always exists
+            body(t)
+
         while True:
             seen = self.map_size()
-            if self._attempt(ltxn, body):
+            if self._attempt(ltxn, whole):
                 break
             self.grow(seen, need)
-            ltxn = self.begin(write=True)
+            ltxn, view = self.begin_view(True)
             # Another writer may have run while the writer slot was free: apply only if what the caller
             # read (and based its writes on) is unchanged.
-            if still_valid is not None and not still_valid(ltxn):
+            if still_valid is not None and not still_valid(view):
                 self.end(ltxn, commit=False)
                 # A lost race, not an engine failure: the caller re-reads and tries again.
                 raise RefMoved("another writer changed what this transaction had read while the store map "
                                "grew; nothing was written; read again and retry")
-        if sync and not self.durable:
-            self.sync()  # a durable store sharing an environment that was opened non-durable
+        if (sync or made) and not self.durable:
+            self.sync()  # a durable store sharing an environment opened non-durable; or a checkpoint
+        if made:
+            self.log.checkpointed(made[0])
+
+    def checkpoint(self) -> None:
+        """Apply the commit log to LMDB in one durable LMDB commit and start an empty log (nothing to do if
+        the log is empty)."""
+        self.run_write(lambda t: None, need=2 * CHECKPOINT_BYTES, sync=False, direct=True)
 
     # -- the whole environment -------------------------------------------------------------------------
 
@@ -335,15 +396,21 @@ class Environment:
         return int(self.env.info()["map_size"])
 
     def file_bytes(self) -> int:
-        """Bytes of the data file in use: the pages up to the last one written."""
-        return int((self.env.info()["last_pgno"] + 1) * self.page_size)
+        """Bytes of the data file in use (the pages up to the last one written) and of the commit log."""
+        return int((self.env.info()["last_pgno"] + 1) * self.page_size) + self.log.size()
 
     def sync(self) -> None:
         """Flush every commit so far to disk."""
+        self.log.flush()
         try:
             self.env.sync(True)
         except lmdb.Error as exc:
             raise store_error(exc, self.path, "flushing to disk") from None
+
+    def close(self) -> None:
+        """Close LMDB's environment and the commit log's file."""
+        self.log.close()
+        self.env.close()
 
 
 # -- one environment per process and path -------------------------------------------------------------
@@ -363,7 +430,7 @@ def _after_fork_in_child() -> None:
             # Nothing of the parent's is in flight: closing only unmaps and drops this process's file
             # handles (fcntl locks are not inherited), and frees the path so the child can open it.
             try:
-                env.env.close()
+                env.close()
             except lmdb.Error:
                 _inherited.append(env)
         else:
@@ -396,4 +463,4 @@ def release(env: Environment) -> None:
         key = (env.path, env.pid)
         if env.users <= 0 and _registry.get(key) is env:
             del _registry[key]
-            env.env.close()
+            env.close()

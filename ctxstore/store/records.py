@@ -17,6 +17,8 @@ config     key (UTF-8)                         bytes
 dicts      dictionary id (4 bytes BE)          a zstd dictionary; the highest id is current
 packs      a packed leaf's key in ``objs``,    piece i of its pack (seal, framed payload, see
            then piece number i (1 byte)        `packs`), split by `pack_pieces`
+log        ``generation``                      the commit log's generation LMDB holds up to (8
+                                               bytes BE; absent: 0), see `lmdb_log`
 =========  ==================================  ==================================================
 """
 
@@ -37,6 +39,7 @@ __all__ = [
     "DICTS",
     "HEAD_SIZE",
     "KEY_SIZE",
+    "LOG",
     "OBJECTS",
     "OLD_DATABASES",
     "PACKS",
@@ -75,7 +78,8 @@ REFLOG = b"reflog"
 CONFIG = b"config"
 DICTS = b"dicts"
 PACKS = b"packs"
-DATABASES = (OBJECTS, REFS, REFLOG, CONFIG, DICTS, PACKS)
+LOG = b"log"
+DATABASES = (OBJECTS, REFS, REFLOG, CONFIG, DICTS, PACKS, LOG)
 """The named databases of a store, every one created when a store is first opened for writing."""
 OLD_DATABASES = (b"objects", b"times")
 """Databases of the layout before ``objs`` (full-length keys, write times apart): refused on open."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import subprocess
 import sys
 import tempfile
@@ -196,11 +197,16 @@ def main(run: Callable[[float, Path], list[Row]], default_seconds: float = 60) -
 
 
 def push_rebasing(repo: Repository, token: str, tries: int) -> None:
-    """Push main to origin, pulling with rebase after each lost race, as a client of a busy hub does."""
-    for _ in range(tries):
+    """Push main to origin, pulling with rebase after each lost race, as a client of a busy hub does: after
+    the n-th lost race in a row it waits a random time of up to 5 ms · 2^n (at most 0.5 s) first, so
+    pushers that lose together do not race again in step while the winner pushes its next message (without
+    it, two of three pushers once lost 200 races in a row)."""
+    rng = random.Random()
+    for lost in range(tries):
         try:
             push(repo, "origin", ["main"], token=token)
             return
         except NonFastForward:
+            time.sleep(rng.uniform(0, min(0.5, 0.005 * 2 ** min(lost, 10))))
             pull(repo, "origin", "main", rebase=True, token=token)
     raise AssertionError(f"push lost {tries} races")

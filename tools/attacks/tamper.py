@@ -51,6 +51,7 @@ def _has_every_kind(repo: Repository) -> bool:
     """Whether the store holds a leaf pack and marked entries stored raw and zstd-compressed."""
     env = repo.store.environment  # type: ignore[attr-defined]
     codecs: set[int] = set()
+    repo.store.checkpoint()  # the commit log into LMDB: what follows reads LMDB itself
     with env.env.begin() as txn:
         for _key, value in txn.cursor(db=env.dbs[b"objs"]):
             if value[HEAD] == PACK or (value[HEAD] in (0, 1) and MARK.encode() in _plain(value)):
