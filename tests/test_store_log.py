@@ -305,3 +305,23 @@ def test_a_writer_killed_at_any_moment_loses_no_commit_it_acknowledged(tmp_path:
             contents = [m["content"].split()[0] for m in repo.history("main").render()]
             assert contents == [f"m{k}" for k in range(len(contents))] and len(contents) > acked
             assert repo.fsck().ok
+
+
+def test_a_record_is_taken_in_packs_objects_refs_order() -> None:
+    """A thread reading while another takes a record in finds a pack before the pointers into it and the
+    objects before the ref that names them (`lmdb_env.APPLY_ORDER`)."""
+    from ctxstore.store.lmdb_env import APPLY_ORDER
+
+    index = {name: i for i, name in enumerate(rec.DATABASES)}
+    overlay = Overlay(0, len(rec.DATABASES), index[rec.OBJECTS],
+                      tuple(APPLY_ORDER.index(name) for name in rec.DATABASES))
+    seen: list[tuple[bool, bool]] = []
+
+    def base_has(key: bytes) -> bool:  # asked while the object is taken in
+        seen.append((b"p" in overlay.layers[index[rec.PACKS]].values,
+                     b"refs/heads/main" in overlay.layers[index[rec.REFS]].values))
+        return False
+
+    overlay.apply([(index[rec.OBJECTS], b"o", b"1"), (index[rec.REFS], b"refs/heads/main", b"2"),
+                   (index[rec.PACKS], b"p", b"3")], base_has)
+    assert seen == [(True, False)] and overlay.added == 1

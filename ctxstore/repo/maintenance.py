@@ -226,11 +226,11 @@ def gc(store: TransactionalStore, grace: float, now_ms: int) -> GcReport:
     return report
 
 
-def stats(store: TransactionalStore, lineage: Lineage, data_file: Path | None,
+def stats(store: TransactionalStore, lineage: Lineage, data_files: list[Path] | None,
           progress: Progress | None = None) -> RepoStats:
     """Object counts and sizes, bytes on disk, and what every ref's view would cost without sharing.
 
-    `data_file` is the store's file on disk, if it has one: its allocated blocks are the disk bytes.
+    `data_files` are the store's files on disk, if it has any: their allocated blocks are the disk bytes.
     """
     base = store.stats()
     with store.transaction() as txn:
@@ -273,7 +273,7 @@ def stats(store: TransactionalStore, lineage: Lineage, data_file: Path | None,
             continue  # a damaged or missing view costs nothing here; fsck reports it
     if progress is not None:
         progress(len(heads), len(heads))
-    disk = base.file_bytes if data_file is None else _disk_bytes(data_file, base.file_bytes)
+    disk = base.file_bytes if not data_files else _disk_bytes(data_files, base.file_bytes)
     return RepoStats(objects=base.objects, object_bytes=base.object_bytes, stored_bytes=base.stored_bytes,
                      disk_bytes=disk, refs=len(heads), logical_bytes=logical)
 
@@ -300,10 +300,10 @@ def _stored_size(store: TransactionalStore, oid: ObjectId) -> int:
         return 0
 
 
-def _disk_bytes(data: Path, fallback: int) -> int:
+def _disk_bytes(files: list[Path], fallback: int) -> int:
     try:
         # Allocated blocks, not the sparse apparent size of a grown map.
-        return min(os.stat(data).st_blocks * 512, os.path.getsize(data))
+        return sum(min(st.st_blocks * 512, st.st_size) for st in (os.stat(f) for f in files))
     except OSError:
         return fallback
 

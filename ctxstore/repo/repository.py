@@ -43,6 +43,7 @@ FORMAT: Final = "ctxstore repository 7\n"
 _FORMAT_FILE = "format"
 _DB_DIR = "db"
 _DATA_FILE = "data.mdb"
+_LOG_FILES = "log.????????????????"
 _WRITERS_FILE = "writers.lock"
 
 
@@ -363,8 +364,10 @@ class Repository:
 
         `progress(done, total)`, when given, is called as refs are measured.
         """
-        data_file = None if self.path is None else self.path / _DB_DIR / _DATA_FILE
-        return maintenance.stats(self.store, self._lineage, data_file, progress)
+        db = None if self.path is None else self.path / _DB_DIR
+        # LMDB's data file and the commit log (docs/storage.md, Commit log).
+        files = None if db is None else [db / _DATA_FILE, *sorted(db.glob(_LOG_FILES))]
+        return maintenance.stats(self.store, self._lineage, files, progress)
 
 
 def _is_hex(text: str) -> bool:

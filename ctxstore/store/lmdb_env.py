@@ -24,7 +24,6 @@ from ..errors import NotARepository, RefMoved, StoreError
 from .files import NO_SPACE, disk_full, disk_full_error
 from .lmdb_log import (
     CHECKPOINT_BYTES,
-    DIRECT_BYTES,
     CommitLog,
     Stale,
     View,
@@ -32,7 +31,7 @@ from .lmdb_log import (
     generation_of,
     log_name,
 )
-from .records import DATABASES, LOG, OBJECTS, OLD_DATABASES
+from .records import CONFIG, DATABASES, DICTS, LOG, OBJECTS, OLD_DATABASES, PACKS, REFLOG, REFS
 
 __all__ = ["MAX_READERS", "Environment", "SharedLock", "acquire", "release",
            "store_error"]
@@ -40,6 +39,8 @@ __all__ = ["MAX_READERS", "Environment", "SharedLock", "acquire", "release",
 MAX_READERS = 1022
 """Reader slots: one per concurrent read transaction across all processes (lock file grows 64 B each)."""
 _GROW_STEP_LIMIT = 4 * 1024**3
+APPLY_ORDER = (DICTS, PACKS, OBJECTS, CONFIG, REFLOG, REFS, LOG)
+"""The order a commit log record's writes are taken into a process's overlay: what is named first."""
 _LOCK_FILE = "lock.mdb"
 _LOCK_FILE_BYTES = (MAX_READERS + 2) * 64
 """LMDB's lock file for `MAX_READERS` slots: a 192-byte header and 64 bytes per further reader."""
@@ -177,7 +178,8 @@ class Environment:
             self.dbs = self._open_dbs()
             self.handles = [self.dbs[name] for name in DATABASES]
             self.index = {handle: i for i, handle in enumerate(self.handles)}
-            self.log = CommitLog(path, len(DATABASES), DATABASES.index(OBJECTS), self.dbs[LOG], readonly)
+            self.log = CommitLog(path, len(DATABASES), DATABASES.index(OBJECTS), self.dbs[LOG], readonly,
+                                 tuple(APPLY_ORDER.index(name) for name in DATABASES))
             self.checkpoint_bytes = CHECKPOINT_BYTES
             """The log's length at which a commit checkpoints it (tests lower it to checkpoint often)."""
             if not readonly:
@@ -335,7 +337,7 @@ class Environment:
 
         A commit appends what `body` wrote to the commit log, flushed when `sync`, and checkpoints the
         log into LMDB when that leaves it `checkpoint_bytes` long. A commit that writes about `need` >=
-        `DIRECT_BYTES` bytes, or with `direct`, checkpoints first and runs `body` on LMDB's transaction
+        `checkpoint_bytes`, or with `direct`, checkpoints first and runs `body` on LMDB's transaction
         itself, in the same LMDB commit (growing the map and re-running both if it fills). `first` is a
         write transaction and view from `begin_view` that the caller has already read through; after
         growing the map the retry runs in a fresh one, and only if `still_valid(fresh view)` says the
@@ -343,7 +345,7 @@ class Environment:
         retries). With `sync`, a commit is flushed even if this environment was opened non-durable.
         """
         ltxn, view = first if first is not None else self.begin_view(True)
-        if not (direct or need >= DIRECT_BYTES):
+        if not (direct or need >= self.checkpoint_bytes):
             try:
                 body(view)
                 ops = view.delta_ops()

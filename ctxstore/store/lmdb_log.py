@@ -4,7 +4,7 @@ A write transaction's records do not go into LMDB. They are appended, as one log
 file of the store's current *generation* (one `pwrite`, and one `fdatasync` when durable), and the
 commit returns. Every process keeps the records of the current log in memory (`Overlay`): its own as it
 writes them, other processes' read from the file when a transaction begins. Reads go through the
-overlay onto LMDB (`View`). When the log passes `CHECKPOINT_BYTES`, or a commit is large, a writer
+overlay onto LMDB (`View`). When the log passes `CHECKPOINT_BYTES`, or a commit alone would, a writer
 *checkpoints*: it applies the overlay to LMDB in one durable LMDB transaction that also records the next
 generation (under `MARKER` in the ``log`` database), then deletes the old log. So LMDB changes only at a
 checkpoint: between two it is the state as of the last one, and the log is everything since.
@@ -34,7 +34,7 @@ from blake3 import blake3
 from ..errors import DamagedData, StoreError
 from .files import file_error
 
-__all__ = ["CHECKPOINT_BYTES", "DIRECT_BYTES", "HEADER_SIZE", "MAGIC", "MARKER", "CommitLog", "Layer",
+__all__ = ["CHECKPOINT_BYTES", "HEADER_SIZE", "MAGIC", "MARKER", "CommitLog", "Layer",
            "MergedCursor", "Overlay", "Stale", "View", "checkpoint_into", "decode_body", "encode_record",
            "generation_of", "header", "log_name", "record_check"]
 
@@ -44,10 +44,10 @@ HEADER_SIZE = 16
 """A log file's header: `MAGIC`, then the generation (8 bytes, big-endian)."""
 MARKER = b"generation"
 """The key in the ``log`` database holding the current generation (8 bytes, big-endian; absent: 0)."""
-CHECKPOINT_BYTES = 1 << 20
-"""A commit that leaves the log this long checkpoints it into LMDB."""
-DIRECT_BYTES = 256 * 1024
-"""A commit writing about this much or more checkpoints and writes straight into LMDB (a bulk import)."""
+CHECKPOINT_BYTES = 128 * 1024
+"""A commit that leaves the log this long checkpoints it into LMDB, and one writing about this much goes
+straight into LMDB (a bulk import). Measured (docs/storage.md, *Commit log*): LMDB's file grows by about
+the pages a checkpoint copies, so a longer log saves flushes and costs disk."""
 _RECORD_HEAD = struct.Struct(">I8s")
 _MAX_BODY = 1 << 31
 _GEN = struct.Struct(">Q")
@@ -129,8 +129,9 @@ class Overlay:
     """One process's copy of a generation's log: each database's writes (`layers`, by index), where the
     next record goes (`end`), and how many objects the log adds to LMDB's count (`added`)."""
 
-    def __init__(self, generation: int, databases: int, objects: int) -> None:
+    def __init__(self, generation: int, databases: int, objects: int, rank: tuple[int, ...] | None = None) -> None:
         self.generation = generation
+        self._rank = rank or tuple(range(databases))
         self.layers: list[Layer] = [Layer() for _ in range(databases)]
         self.end = HEADER_SIZE
         self.added = 0
@@ -145,9 +146,13 @@ class Overlay:
         return self.layers[db].values.get(key, _ABSENT)
 
     def apply(self, ops: list[tuple[int, bytes, bytes | None]], base_has: Callable[[bytes], bool]) -> None:
-        """Take in one record's operations; `base_has(key)`: whether LMDB holds an object key."""
-        objects = self._objects
-        for db, key, value in ops:
+        """Take in one record's operations; `base_has(key)`: whether LMDB holds an object key.
+
+        The databases are taken in the order of `rank` (the store's: dictionaries, packs, objects, then
+        config, reflogs and refs), so that a thread reading meanwhile finds a pack before the pointers
+        into it and the objects before a ref that names them."""
+        objects, rank = self._objects, self._rank
+        for db, key, value in sorted(ops, key=lambda op: rank[op[0]]):
             layer = self.layers[db]
             if db == objects:
                 held = layer.values.get(key, _ABSENT)
@@ -376,8 +381,10 @@ class CommitLog:
     """The log files of one store directory, as one process uses them: the current overlay, the open
     file of its generation, and the writer's appends and checkpoints. Thread-safe."""
 
-    def __init__(self, path: str, databases: int, objects: int, marker_db: Any, readonly: bool) -> None:
+    def __init__(self, path: str, databases: int, objects: int, marker_db: Any, readonly: bool,
+                 rank: tuple[int, ...]) -> None:
         self.path = path
+        self._rank = rank
         self._marker_db = marker_db
         self._databases = databases
         self._objects = objects
@@ -434,15 +441,17 @@ class CommitLog:
             raise file_error(self.path, f"writing the commit log {log_name(generation)}", exc) from None
 
     def remove_older(self, generation: int) -> None:
-        """Delete the logs of generations before `generation` (checkpointed into LMDB)."""
+        """Delete the logs of generations before `generation` (checkpointed into LMDB), and a new log of
+        one up to it that was never renamed into place."""
         try:
             names = os.listdir(self.path)
         except OSError:
             return
         for name in names:
-            if name.startswith("log.") and len(name) == 20:
+            # Logs of older generations, and a new log a checkpoint that did not commit left half made.
+            if name.startswith("log.") and (len(name) == 20 or (len(name) == 24 and name.endswith(".new"))):
                 try:
-                    older = int(name[4:], 16) < generation
+                    older = int(name[4:20], 16) < generation + name.endswith(".new")
                 except ValueError:
                     continue
                 if older:
@@ -480,7 +489,7 @@ class CommitLog:
             if ov is None or ov.generation != generation:
                 if ov is not None and ov.generation > generation:
                     raise Stale(False)
-                ov = Overlay(generation, self._databases, self._objects)
+                ov = Overlay(generation, self._databases, self._objects, self._rank)
                 self._overlay = ov
             fd = self._open(generation)
             if fd is None:
@@ -578,7 +587,7 @@ class CommitLog:
         """After LMDB committed generation `generation` (its marker and the previous log's writes): start
         with an empty overlay and delete the older logs."""
         with self._lock:
-            self._overlay = Overlay(generation, self._databases, self._objects)
+            self._overlay = Overlay(generation, self._databases, self._objects, self._rank)
             self._close_fd()
         self.remove_older(generation)
 
