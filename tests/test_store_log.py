@@ -93,6 +93,9 @@ def test_a_view_reads_and_moves_as_lmdb_holding_the_merged_contents(
         for key in {k for k, _ in logged} | {k for k, _ in written} | set(base):
             assert view.get(key, db) == merged.get(key)
         assert view.stat(db)["entries"] == len(merged)
+        overlay.objects = 1  # counted key by key, as for a database other than ``objs``
+        assert view.stat(db)["entries"] == len(merged)
+        overlay.objects = 0
         assert _cursor_moves(view.cursor(db), moves) == _cursor_moves(txn.cursor(db=oracle_db), moves)
         # What the cursor deleted is in the view's writes, as in the oracle.
         assert {k: view.get(k, db) for k in merged} == {k: txn.get(k, db=oracle_db) for k in merged}

@@ -3,8 +3,8 @@
 Three modules make the backend, one concept each: `lmdb_env` opens and grows the environment (one per
 process and path, shared by every `LmdbStore` on it, fork-safe); `records` says how each record is keyed
 and framed (the table of databases is there and in docs/storage.md); this module is the store itself,
-reading and writing records through a transaction of the environment. Only `lmdb_env` and this module
-import the third-party `lmdb` package.
+reading and writing records through a transaction of the environment (seen through the commit log,
+`lmdb_log`). Only `lmdb_env`, `lmdb_log` and this module import the third-party `lmdb` package.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ its own instead of touching the parent's. The map is address space, not disk: wh
 the write is re-run after growing it (`Environment.run_write`), and a map another process grew is
 adopted when a transaction begins. LMDB's `set_mapsize` needs no transaction open in this process, which
 `SharedLock` arranges. What the records in the databases look like is `records`; this module does not
-read them. Only this module and `lmdb` (the backend) import the third-party `lmdb` package.
+read them; the commit log is `lmdb_log`. Only this module, `lmdb_log` and `lmdb` (the backend) import the
+third-party `lmdb` package.
 """
 
 from __future__ import annotations

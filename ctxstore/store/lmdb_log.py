@@ -136,7 +136,8 @@ class Overlay:
         self.end = HEADER_SIZE
         self.added = 0
         self.records = 0
-        self._objects = objects
+        self.objects = objects
+        """The index of ``objs``, whose count the overlay keeps (`added`)."""
 
     def empty(self) -> bool:
         return self.records == 0
@@ -151,7 +152,7 @@ class Overlay:
         The databases are taken in the order of `rank` (the store's: dictionaries, packs, objects, then
         config, reflogs and refs), so that a thread reading meanwhile finds a pack before the pointers
         into it and the objects before a ref that names them."""
-        objects, rank = self._objects, self._rank
+        objects, rank = self.objects, self._rank
         for db, key, value in sorted(ops, key=lambda op: rank[op[0]]):
             layer = self.layers[db]
             if db == objects:
@@ -218,10 +219,16 @@ class View:
         return True
 
     def stat(self, db: Any) -> dict[str, int]:
-        """LMDB's count of entries as this view sees it (kept for ``objs`` only: the one counted)."""
-        entries = int(self._t.stat(db)["entries"]) + self._ov.added
+        """LMDB's count of entries as this view sees it. The overlay keeps its change to the count of
+        ``objs`` (the one a commit asks for); another database's is counted key by key."""
+        i = self._index[db]
+        entries = int(self._t.stat(db)["entries"])
+        if i == self._ov.objects:
+            entries += self._ov.added
+        else:
+            for key, value in self._ov.layers[i].values.items():
+                entries += (value is not None) - (self._t.get(key, db=db) is not None)
         if self._delta is not None:
-            i = self._index[db]
             for key, value in self._delta[i].values.items():
                 entries += (value is not None) - (self._below(i, db, key) is not None)
         return {"entries": entries}
