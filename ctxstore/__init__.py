@@ -1,9 +1,9 @@
 """ctxstore: a git-style, content-addressed history store for AI-agent conversations.
 
 The public names are listed, with one line each, in docs/api.md. The histories, the repository and the
-errors load with the package; the agent, sync and import/export layers (and what they bring: asyncio,
-the model SDK, HTTP) load on first use of one of their names, so a command that needs none of them
-starts fast.
+errors load with the package; the token budget helpers (`decimal`) and the agent, sync and import/export
+layers (and what they bring: asyncio, the model SDK, HTTP) load on first use of one of their names, so a
+command that needs none of them starts fast.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from .errors import (
     UnknownRevision,
     UnknownSetting,
 )
-from .history.budget import PRICING, Pricing, cost_of, estimate_tokens, max_cost, max_tokens
 from .history.message_history import MessageHistory, MessageHistoryEntry
 from .ids import HexId
 from .repo import (
@@ -51,9 +50,11 @@ from .repo import (
 )
 from .store import MemoryStore
 
-# Names of the upper layers, loaded on first access (PEP 562). The TYPE_CHECKING imports below say the
-# same to type checkers; tests/test_public_api.py checks that the two agree.
+# Names loaded on first access (PEP 562): the token budget helpers and the upper layers. The TYPE_CHECKING
+# imports below say the same to type checkers; tests/test_public_api.py checks that the two agree.
 _LAZY: dict[str, str] = {
+    **dict.fromkeys(["PRICING", "Pricing", "cost_of", "estimate_tokens", "max_cost", "max_tokens"],
+                    "ctxstore.history.budget"),
     **dict.fromkeys(["AnthropicModel", "anthropic_model"], "ctxstore.agents.anthropic"),
     **dict.fromkeys(["Agent", "RunResult", "Tool", "tool"], "ctxstore.agents.loop"),
     **dict.fromkeys(["GenerateResult", "Model", "Usage"], "ctxstore.agents.models"),
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
         selective_summary_history_strategy,
         summarizing_history_strategy,
     )
+    from .history.budget import PRICING, Pricing, cost_of, estimate_tokens, max_cost, max_tokens
     from .interop import ImportResult
     from .sync.client import FetchResult, PullResult, PushResult, clone, fetch, pull, push
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -320,6 +319,8 @@ def clone(url: str, directory: str | None, token: str | None) -> None:
             repo = do_clone(url, Path(directory) / DIRNAME, token=token, progress=progress)
     except BaseException:
         if not existed:  # the library removed the repository; the directory made for it goes too
+            import shutil
+
             shutil.rmtree(directory, ignore_errors=True)
         raise
     try:

@@ -17,7 +17,6 @@ from ..format.codec import now_ms
 from ..format.objects import Revision, SeqNode
 from ..ids import ObjectId, to_hex
 from ..store.base import ObjectSource
-from .budget import estimate_tokens
 from .entry import MessageHistoryEntry, collector_paused, read_entries, read_messages, read_view_messages
 from .graph import Graph, readable_revision, split_at_common
 from .intake import check_patch, expand_message
@@ -162,7 +161,9 @@ class MessageHistory:
 
     def estimate_tokens(self) -> int:
         """`estimate_tokens` of the active view's messages."""
-        return estimate_tokens(self.render())
+        from . import budget  # here, not at the top: the pricing tables (and `decimal`) load when used
+
+        return budget.estimate_tokens(self.render())
 
     # -- writing -------------------------------------------------------------------------------
     def _new_revision(self, operation: dict[str, Any] | None, root: seq.Spine, size: int,

@@ -7,8 +7,16 @@ and `reports` the result types.
 """
 
 from .config import Config
-from .receive import UnpackResult
-from .reports import CommitResult, FsckReport, GcReport, ReflogEntry, RepoStats, RevisionDiff, RevisionInfo
+from .reports import (
+    CommitResult,
+    FsckReport,
+    GcReport,
+    ReflogEntry,
+    RepoStats,
+    RevisionDiff,
+    RevisionInfo,
+    UnpackResult,
+)
 from .repository import Repository
 
 __all__ = [

@@ -7,29 +7,19 @@ stores; `Repository.unpack` is the public spelling, taking hex ids.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from ..errors import BadPack
 from ..format.codec import MAX_OBJECT_SIZE
 from ..format.objects import Revision
-from ..ids import HexId, hex_or_none, to_hex
+from ..ids import hex_or_none, to_hex
 from ..pack.staging import missing_references, verify_pack
 from ..pack.stream import DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOTAL_SIZE, PackSource
 from ..refs import RefUpdates, apply_updates
 from ..store.base import Transaction, TransactionalStore
 from .lineage import read_object
+from .reports import UnpackResult
 
 __all__ = ["UnpackResult", "unpack"]
-
-
-@dataclass(frozen=True)
-class UnpackResult:
-    """What an unpack did: objects received and new to the store, and where the refs it moved now point
-    (full name to hex id; None: deleted)."""
-
-    objects: int
-    new_objects: int
-    refs: dict[str, HexId | None] = field(default_factory=dict)
 
 
 def unpack(store: TransactionalStore, stream: PackSource, ref_updates: RefUpdates | None = None, *,

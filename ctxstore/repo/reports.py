@@ -1,5 +1,6 @@
-"""What a repository hands back: commit results, reflog entries, revisions, and the reports of fsck, gc,
-stats and diff. Every id in them is hex (`HexId`); raw ids stay below the repository facade."""
+"""What a repository hands back: commit results, reflog entries, revisions, what an unpack did, and the
+reports of fsck, gc, stats and diff. Every id in them is hex (`HexId`); raw ids stay below the repository
+facade."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 from ..ids import HexId
 from ..report import json_fields
 
-__all__ = ["CommitResult", "FsckReport", "GcReport", "ReflogEntry", "RepoStats", "RevisionDiff", "RevisionInfo"]
+__all__ = ["CommitResult", "FsckReport", "GcReport", "ReflogEntry", "RepoStats", "RevisionDiff", "RevisionInfo",
+           "UnpackResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,3 +144,13 @@ class RevisionDiff:
     def to_dict(self) -> dict[str, Any]:
         """The diff as JSON-ready data."""
         return json_fields(self)
+
+
+@dataclass(frozen=True)
+class UnpackResult:
+    """What an unpack did: objects received and new to the store, and where the refs it moved now point
+    (full name to hex id; None: deleted)."""
+
+    objects: int
+    new_objects: int
+    refs: dict[str, HexId | None] = field(default_factory=dict)

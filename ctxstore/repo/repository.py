@@ -22,19 +22,28 @@ from ..history.entry import MessageHistoryEntry, read_entries
 from ..history.message_history import MessageHistory
 from ..history.workspace import Workspace
 from ..ids import HexId, ObjectId, from_hex, hex_or_none, to_hex
-from ..pack import plan
 from ..pack.stream import PackSource
 from ..refs import ANY, HEADS, Expected, Refs
 from ..store.base import TransactionalStore
 from ..store.lmdb import DEFAULT_MAP_SIZE, LmdbStore
 from ..store.memory import MemoryStore
 from . import commit as _commit
-from . import maintenance, receive, revspec
 from .config import Config
-from .diff import diff as _diff
 from .lineage import Lineage, revision_info
-from .receive import UnpackResult
-from .reports import CommitResult, FsckReport, GcReport, ReflogEntry, RepoStats, RevisionDiff, RevisionInfo
+from .reports import (
+    CommitResult,
+    FsckReport,
+    GcReport,
+    ReflogEntry,
+    RepoStats,
+    RevisionDiff,
+    RevisionInfo,
+    UnpackResult,
+)
+
+# Pack planning and receiving, revision specs, diff and maintenance are imported by the methods that use
+# them, so a command that needs none of them (a `fetch` with nothing new) starts without them. What the
+# signatures name stays imported here: `typing.get_type_hints` resolves the annotations from this module.
 
 __all__ = ["FORMAT", "Repository"]
 
@@ -191,6 +200,8 @@ class Repository:
         ``main~2`` (two parents back), ``main^`` (one), ``main@{1}`` (where main pointed one move ago);
         the syntax is in `ctxstore.repo.revspec`. Unknown: `UnknownRevision`; malformed: `InvalidInput`.
         """
+        from . import revspec
+
         return to_hex(revspec.resolve(self.store, self._refs, self._lineage, spec))
 
     # -- histories -----------------------------------------------------------------------------------
@@ -201,6 +212,8 @@ class Repository:
         except CtxStoreError:
             oid = None  # not a valid ref name: maybe a revision id
         if oid is None:
+            from . import revspec
+
             if revspec.is_expression(ref_or_revision):
                 return MessageHistory(source=self.store, head=self.resolve(ref_or_revision))
             if _is_hex(ref_or_revision) and len(ref_or_revision) >= revspec.MIN_PREFIX:
@@ -282,6 +295,8 @@ class Repository:
 
     def diff(self, a: str, b: str) -> RevisionDiff:
         """Entries added, removed and moved from `a` to `b` (refs or revisions), skipping equal subtrees."""
+        from .diff import diff as _diff
+
         return _diff(self._lineage, from_hex(self.resolve(a)), from_hex(self.resolve(b)))
 
     # -- remotes -------------------------------------------------------------------------------------
@@ -304,6 +319,8 @@ class Repository:
 
     def pack(self, wants: Iterable[str] | str, haves: Iterable[str] | str = ()) -> Iterator[bytes]:
         """The pack (bytes chunks) of every object reachable from `wants` and not from `haves`."""
+        from ..pack import plan
+
         return plan.pack(self.store, self._revisions(wants), self._revisions(haves))
 
     def changes_since(self, ref_or_revision: str, base: str | None = None) -> Iterator[bytes]:
@@ -322,6 +339,8 @@ class Repository:
         ids (old None: the ref must not exist; new None: delete it), e.g.
         ``{"refs/heads/main": (None, "ab12...")}``. A ref that holds something else is `RefMoved`.
         """
+        from . import receive
+
         raw: dict[str, tuple[Expected, ObjectId | None]] = {}
         for name, change in (ref_updates or {}).items():
             if not (isinstance(change, tuple) and len(change) == 2):
@@ -338,6 +357,8 @@ class Repository:
         `progress(done, total)`, when given, is called as objects are checked. With `repair`, reflog
         records that cannot be read are dropped first (the rest kept); `report.repaired` says what went.
         """
+        from . import maintenance
+
         return maintenance.fsck(self.store, progress, repair=repair)
 
     def expire_reflogs(self, ref: str | None = None, *, older_than: float | None = None) -> dict[str, int]:
@@ -357,6 +378,8 @@ class Repository:
         Reachability is marked from a read snapshot, then re-checked inside the deleting write
         transaction from the refs and reflogs as they are then, so a ref moved meanwhile keeps its objects.
         """
+        from . import maintenance
+
         return maintenance.gc(self.store, grace, self._clock())
 
     def stats(self, progress: Callable[[int, int], None] | None = None) -> RepoStats:
@@ -364,6 +387,8 @@ class Repository:
 
         `progress(done, total)`, when given, is called as refs are measured.
         """
+        from . import maintenance
+
         db = None if self.path is None else self.path / _DB_DIR
         # LMDB's data file and the commit log (docs/storage.md, Commit log).
         files = None if db is None else [db / _DATA_FILE, *sorted(db.glob(_LOG_FILES))]

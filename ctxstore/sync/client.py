@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,15 +17,17 @@ from typing import Any
 from ..errors import InvalidInput, NonFastForward, RemoteError, UnknownRef, shown
 from ..history.message_history import MessageHistory
 from ..ids import HexId, ObjectId, from_hex, to_hex
-from ..pack.plan import is_ancestor, pack
 from ..pack.stream import HEADER_MAX, PackSource, declared_count
 from ..refs import ANY, HEADS, REMOTES, TAGS, Refs, check_ref_name
 from ..repo.config import check_remote_name
-from ..repo.receive import UnpackResult, unpack
+from ..repo.reports import UnpackResult
 from ..repo.repository import Repository
 from ..report import json_fields
 from .protocol import ByteReader, RefUpdate
 from .transport import Transport, open_transport
+
+# Pack planning and receiving (a pull's or push's ancestry checks and packs) and shutil are imported
+# where they are used: a fetch with nothing new needs none of them.
 
 __all__ = [
     "WORKDIR_REPOSITORY",
@@ -199,6 +200,8 @@ def fetch(repo: Repository, remote: str = "origin", *, token: str | None = None,
         wants = sorted({new for _, new in updates.values() if new is not None and not store.has(new)})
         message = f"fetch {remote}"
         if wants:
+            from ..repo.receive import unpack
+
             meter = _Meter(progress, "receiving")
 
             def receive(source: PackSource) -> UnpackResult:
@@ -259,6 +262,8 @@ def pull_all(repo: Repository, remote: str = "origin", *, rebase: bool = False, 
 
 def _integrate(repo: Repository, remote: str, full: str, rebase: bool, fetched: FetchResult) -> PullResult:
     """Bring local head `full` up to its remote-tracking ref (just fetched): create, fast-forward or rebase."""
+    from ..pack.plan import is_ancestor
+
     refs = Refs(repo.store)
     tracking = f"{REMOTES}{remote}/{full[len(HEADS):]}"
     theirs = refs.get(tracking)
@@ -311,6 +316,8 @@ def push(repo: Repository, remote: str = "origin", refs: Sequence[str] | None = 
     With `delete`, the named `refs` are deleted on the remote instead (heads by default, ``refs/tags/x``
     for a tag), each only if it still holds what the remote advertised; the remote-tracking refs go too.
     """
+    from ..pack.plan import is_ancestor, pack
+
     check_remote_name(remote)
     store = repo.store
     local_refs = Refs(store)
@@ -368,6 +375,8 @@ def push(repo: Repository, remote: str = "origin", refs: Sequence[str] | None = 
 
 def _push_delete(repo: Repository, remote: str, refs: Sequence[str] | None, token: str | None,
                  transport: Transport | None) -> PushResult:
+    from ..pack.plan import pack
+
     if not refs:
         raise InvalidInput("name the remote refs to delete (`ctxstore push --delete origin NAME`)")
     names = [r if r.startswith("refs/") else HEADS + r for r in refs]
@@ -429,6 +438,8 @@ def clone(url: str, path: str | os.PathLike[str], *, token: str | None = None,
     except BaseException:
         repo.close()
         if not existed:
+            import shutil
+
             shutil.rmtree(target, ignore_errors=True)
         raise
     return repo

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol, TypeVar, runtime_checkable
 
 from ..errors import (
     AuthError,
@@ -32,12 +32,14 @@ from ..errors import (
 )
 from ..format import codec
 from ..ids import OID_SIZE, HexId, ObjectId, from_hex, to_hex
-from ..pack.plan import PackPlan, is_ancestor, pack_objects, plan_pack
 from ..pack.stream import DEFAULT_MAX_OBJECTS, DEFAULT_MAX_TOTAL_SIZE, PackSource
 from ..pack.stream import VERSION as PACK_VERSION
 from ..refs import ANY, HEADS, TAGS, check_ref_name
-from ..repo.receive import UnpackResult, unpack
+from ..repo.reports import UnpackResult
 from ..store.base import Transaction, TransactionalStore
+
+if TYPE_CHECKING:  # planning and receiving packs load when one moves, not for an advertisement
+    from ..pack.plan import PackPlan
 
 __all__ = [
     "MAX_FRAME",
@@ -384,6 +386,8 @@ class Service:
 
     def plan_fetch(self, request: Mapping[str, Any]) -> PackPlan:
         """The pack a fetch request asks for (empty: nothing to send), checked before any is sent."""
+        from ..pack.plan import PackPlan, plan_pack
+
         wants = _oid_list(request.get("wants", []), "wants")
         haves = _oid_list(request.get("haves", []), "haves")
         for want in wants:
@@ -401,6 +405,8 @@ class Service:
 
     def send(self, plan: PackPlan) -> Iterator[bytes]:
         """The pack of a plan, as bytes chunks."""
+        from ..pack.plan import pack_objects
+
         return pack_objects(self.store, plan)
 
     def send_bands(self, plan: PackPlan) -> Iterator[bytes]:
@@ -409,6 +415,9 @@ class Service:
 
     def receive_push(self, request: Mapping[str, Any], stream: PackSource) -> dict[str, Any]:
         """Verify and apply a push: its pack and ref updates land together or not at all."""
+        from ..pack.plan import is_ancestor
+        from ..repo.receive import unpack
+
         if not self.writable:
             raise AuthError("this server is read-only for you; push needs a token with write scope")
         raw = request.get("updates")

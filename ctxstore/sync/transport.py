@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -84,6 +83,8 @@ class StdioTransport:
     """A `ctxstore serve --stdio` subprocess (the server side of an ssh remote, or any command)."""
 
     def __init__(self, argv: Sequence[str], *, url: str | None = None) -> None:
+        import subprocess  # here, not at the top: a local or HTTP remote never starts a process
+
         self.url = url or " ".join(argv)
         try:
             self._proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -131,6 +132,8 @@ class StdioTransport:
         return self._answer()
 
     def close(self) -> None:
+        import subprocess
+
         with contextlib.suppress(OSError):
             self._in.close()
         try:
