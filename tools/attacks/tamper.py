@@ -69,6 +69,7 @@ class _Db:
     """The repository's LMDB environment opened directly, as someone editing the file would."""
 
     def __init__(self, repo: Path) -> None:
+        self.path = repo
         self.env = lmdb.open(str(repo / "db"), max_dbs=16, subdir=True, lock=True, map_size=1 << 30)
         self.objs = self.env.open_db(b"objs")
         self.refs = self.env.open_db(b"refs")
@@ -184,6 +185,31 @@ def _reflog_missing(db: _Db, rng: random.Random) -> str:
     return "a reflog record of side naming an id the store lacks"
 
 
+def _logged(db: _Db, rng: random.Random) -> tuple[Path, bytes]:
+    """Three more messages on main, committed by another process into the commit log (the base holds
+    none there: it was checkpointed); the log's path and bytes."""
+    for n in range(3):
+        done = cli("--repo", str(db.path), "append", "main", f"logged {n} {MARK}")
+        if done.returncode != 0:
+            raise RuntimeError(f"append to the copy failed: {done.stderr.strip()[-200:]}")
+    (log,) = sorted((db.path / "db").glob("log.*"))
+    return log, log.read_bytes()
+
+
+def _log_record_changed(db: _Db, rng: random.Random) -> str:
+    log, data = _logged(db, rng)
+    first_length = int.from_bytes(data[16:20], "big")
+    at = 16 + 12 + rng.randrange(first_length)  # inside the first of the three records' bodies
+    log.write_bytes(data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1:])
+    return "a byte of a commit log record flipped, whole records after it"
+
+
+def _log_header_changed(db: _Db, rng: random.Random) -> str:
+    log, data = _logged(db, rng)
+    log.write_bytes(data[:15] + bytes([data[15] ^ 0x01]) + data[16:])
+    return "the commit log's header names another generation"
+
+
 # case name -> (edit, whether main's content is damaged so that reads and clones must refuse)
 CASES: dict[str, tuple[Callable[[_Db, random.Random], str], bool]] = {
     "object text changed": (_text_changed, True),
@@ -198,6 +224,8 @@ CASES: dict[str, tuple[Callable[[_Db, random.Random], str], bool]] = {
     "ref value not an id": (_ref_garbage, True),
     "reflog record garbage": (_reflog_garbage, False),
     "reflog record at a missing object": (_reflog_missing, False),
+    "commit log record changed": (_log_record_changed, True),
+    "commit log header changed": (_log_header_changed, True),
 }
 
 
