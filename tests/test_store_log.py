@@ -328,3 +328,30 @@ def test_a_record_is_taken_in_packs_objects_refs_order() -> None:
     overlay.apply([(index[rec.OBJECTS], b"o", b"1"), (index[rec.REFS], b"refs/heads/main", b"2"),
                    (index[rec.PACKS], b"p", b"3")], base_has)
     assert seen == [(True, False)] and overlay.added == 1
+
+
+def test_a_commit_whose_checkpoint_fails_still_commits_and_the_next_one_checkpoints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ctxstore.errors import StoreError
+    from ctxstore.store import lmdb_env
+
+    with Repository.init(tmp_path / "r") as repo:
+        store = repo.store
+        assert isinstance(store, LmdbStore)
+        env = store.environment
+        env.checkpoint_bytes = 4096
+        real = lmdb_env.checkpoint_into
+
+        def full(*args: Any) -> int:
+            raise StoreError("the disk is full (no space left on device) while checkpointing")
+
+        monkeypatch.setattr(lmdb_env, "checkpoint_into", full)
+        for i in range(12):  # past the limit: every commit tries and fails to checkpoint
+            repo.append("main", [{"role": "user", "content": f"m{i} " + "v" * 500}])
+        assert _log_files(tmp_path / "r" / "db") == [log_name(0)]
+        assert os.path.getsize(tmp_path / "r" / "db" / log_name(0)) > 4096
+        monkeypatch.setattr(lmdb_env, "checkpoint_into", real)
+        repo.append("main", [{"role": "user", "content": "m12"}])
+        assert _log_files(tmp_path / "r" / "db") == [log_name(1)]
+    with Repository.open(tmp_path / "r") as repo:
+        assert [m["content"].split()[0] for m in repo.history("main").render()] == [f"m{i}" for i in range(13)]

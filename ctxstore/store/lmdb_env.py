@@ -21,7 +21,7 @@ from typing import Any
 import lmdb
 import zstandard
 
-from ..errors import NotARepository, RefMoved, StoreError
+from ..errors import CtxStoreError, NotARepository, RefMoved, StoreError
 from .files import NO_SPACE, disk_full, disk_full_error
 from .lmdb_log import (
     CHECKPOINT_BYTES,
@@ -357,7 +357,10 @@ class Environment:
             finally:
                 self.end(ltxn, commit=False)
             if ops and view.overlay.end >= self.checkpoint_bytes:
-                self.checkpoint()
+                # The commit is in the log, and stays there if the checkpoint fails (a full disk): the
+                # caller's commit succeeded, and the next commit checkpoints again.
+                with suppress(CtxStoreError):
+                    self.checkpoint()
             return
         made: list[int] = []
 
