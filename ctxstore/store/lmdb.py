@@ -1005,8 +1005,10 @@ class _Options:
 class LmdbStore(BatchWrites):
     """A durable, multi-process object store with refs, reflogs and config, on LMDB.
 
-    `path` is a directory (created unless `readonly`). With `durable=True` (the default) a write
-    transaction is on disk when it returns; `durable=False` skips the fsync per commit for bulk work: a
+    `path` is a directory (created unless `readonly`). A small commit is one record appended to the
+    store's commit log, which LMDB takes in at checkpoints (`lmdb_log`; docs/storage.md, *Commit log*).
+    With `durable=True` (the default) a write transaction is on disk when it returns (one flush of the
+    log); `durable=False` skips the flush per commit for bulk work: a
     crash of the process loses nothing committed, a crash of the machine may lose the latest commits
     (and, on file systems that reorder writes, damage the store), and `sync()` flushes. One process
     shares one LMDB environment per path between all its stores; the first store opened decides the
