@@ -73,7 +73,7 @@ def test_a_view_reads_and_moves_as_lmdb_holding_the_merged_contents(
         for key, value in base.items():
             txn.put(key, value, db=db)
     merged = dict(base)
-    overlay = Overlay(0, 1, 0)
+    overlay = Overlay(0, (0,), 0)
     with env.begin() as txn:
         for key, value in logged:
             overlay.apply([(0, key, value)], lambda k, t=txn: t.get(k, db=db) is not None)
@@ -316,8 +316,7 @@ def test_a_record_is_taken_in_packs_objects_refs_order() -> None:
     from ctxstore.store.lmdb_env import APPLY_ORDER
 
     index = {name: i for i, name in enumerate(rec.DATABASES)}
-    overlay = Overlay(0, len(rec.DATABASES), index[rec.OBJECTS],
-                      tuple(APPLY_ORDER.index(name) for name in rec.DATABASES))
+    overlay = Overlay(0, tuple(APPLY_ORDER.index(name) for name in rec.DATABASES), index[rec.OBJECTS])
     seen: list[tuple[bool, bool]] = []
 
     def base_has(key: bytes) -> bool:  # asked while the object is taken in
@@ -355,3 +354,21 @@ def test_a_commit_whose_checkpoint_fails_still_commits_and_the_next_one_checkpoi
         assert _log_files(tmp_path / "r" / "db") == [log_name(1)]
     with Repository.open(tmp_path / "r") as repo:
         assert [m["content"].split()[0] for m in repo.history("main").render()] == [f"m{i}" for i in range(13)]
+
+
+def test_the_disk_a_repository_reports_counts_the_commit_log(tmp_path: Path) -> None:
+    with Repository.init(tmp_path / "r") as repo:
+        for i in range(30):
+            repo.append("main", [{"role": "user", "content": f"m{i} " + os.urandom(400).hex()}])
+        store = repo.store
+        assert isinstance(store, LmdbStore)
+        db = tmp_path / "r" / "db"
+        assert store.files() == [str(db / "data.mdb"), str(db / log_name(0))]
+
+        def allocated(path: Path) -> int:
+            st = path.stat()
+            return min(st.st_blocks * 512, st.st_size)
+
+        log = allocated(db / log_name(0))
+        assert log > 30 * 800  # the thirty commits are in the log
+        assert repo.stats().disk_bytes == allocated(db / "data.mdb") + log

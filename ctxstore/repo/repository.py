@@ -51,8 +51,6 @@ FORMAT: Final = "ctxstore repository 7\n"
 """The contents of a repository's ``format`` file; a different first word or version is refused."""
 _FORMAT_FILE = "format"
 _DB_DIR = "db"
-_DATA_FILE = "data.mdb"
-_LOG_FILES = "log.????????????????"
 _WRITERS_FILE = "writers.lock"
 
 
@@ -389,9 +387,7 @@ class Repository:
         """
         from . import maintenance
 
-        db = None if self.path is None else self.path / _DB_DIR
-        # LMDB's data file and the commit log (docs/storage.md, Commit log).
-        files = None if db is None else [db / _DATA_FILE, *sorted(db.glob(_LOG_FILES))]
+        files = [Path(f) for f in self.store.files()] if isinstance(self.store, LmdbStore) else None
         return maintenance.stats(self.store, self._lineage, files, progress)
 
 

@@ -1079,6 +1079,11 @@ class LmdbStore(BatchWrites):
         """Flush every commit so far to disk (what `durable=False` skips per commit)."""
         self.environment.sync()
 
+    def files(self) -> list[str]:
+        """The files on disk that hold the store's data (LMDB's data file, the commit log): what its
+        size on disk is counted over."""
+        return self.environment.files()
+
     def checkpoint(self) -> None:
         """Apply the commit log to LMDB now and start an empty log (docs/storage.md, *Commit log*).
 

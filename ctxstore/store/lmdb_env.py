@@ -43,6 +43,7 @@ _GROW_STEP_LIMIT = 4 * 1024**3
 APPLY_ORDER = (DICTS, PACKS, OBJECTS, CONFIG, REFLOG, REFS, LOG)
 """The order a commit log record's writes are taken into a process's overlay: what is named first."""
 _LOCK_FILE = "lock.mdb"
+_DATA_FILE = "data.mdb"
 _LOCK_FILE_BYTES = (MAX_READERS + 2) * 64
 """LMDB's lock file for `MAX_READERS` slots: a 192-byte header and 64 bytes per further reader."""
 def store_error(exc: lmdb.Error, path: str, doing: str) -> StoreError:
@@ -160,7 +161,7 @@ class Environment:
         self.lock = SharedLock()
         self.writing = threading.local()
         self.dicts: dict[int, zstandard.ZstdCompressionDict] = {}
-        data_file = os.path.join(path, "data.mdb")
+        data_file = os.path.join(path, _DATA_FILE)
         if os.path.exists(data_file):
             # Start at least as large as the file so reopening a big store does not grow step by step.
             map_size = max(map_size, os.path.getsize(data_file))
@@ -179,8 +180,8 @@ class Environment:
             self.dbs = self._open_dbs()
             self.handles = [self.dbs[name] for name in DATABASES]
             self.index = {handle: i for i, handle in enumerate(self.handles)}
-            self.log = CommitLog(path, len(DATABASES), DATABASES.index(OBJECTS), self.dbs[LOG], readonly,
-                                 tuple(APPLY_ORDER.index(name) for name in DATABASES))
+            self.log = CommitLog(path, tuple(APPLY_ORDER.index(name) for name in DATABASES),
+                                 DATABASES.index(OBJECTS), self.dbs[LOG], readonly)
             self.checkpoint_bytes = CHECKPOINT_BYTES
             """The log's length at which a commit checkpoints it (tests lower it to checkpoint often)."""
             if not readonly:
@@ -286,15 +287,10 @@ class Environment:
         log's overlay (a write always: its writes go to the log). The log is caught up first; a read
         transaction begun before a checkpoint it needs the log of is begun again."""
         missing_ok = False
-        objs = self.dbs[OBJECTS]
         for _ in range(64):
             txn = self.begin(write)
-
-            def held(key: bytes, t: lmdb.Transaction[bytes] = txn) -> bool:
-                return t.get(key, db=objs) is not None
-
             try:
-                overlay = self.log.overlay(txn, held, writer=write, missing_ok=missing_ok)
+                overlay = self.log.overlay(txn, self._holds(txn), writer=write, missing_ok=missing_ok)
             except Stale as stale:
                 self.end(txn, commit=False)
                 missing_ok = stale.missing
@@ -306,6 +302,11 @@ class Environment:
                 return txn, txn
             return txn, View(txn, self.index, overlay, write)
         raise StoreError(f"checkpoints of the commit log in {self.path} kept overtaking a read; retry")
+
+    def _holds(self, txn: lmdb.Transaction[bytes]) -> Callable[[bytes], bool]:
+        """Whether LMDB, as `txn` sees it, holds a record under a key of ``objs`` (the overlay's count)."""
+        objs = self.dbs[OBJECTS]
+        return lambda key: txn.get(key, db=objs) is not None
 
     def _attempt(self, ltxn: lmdb.Transaction[bytes], body: Callable[[lmdb.Transaction[bytes]], None]) -> bool:
         """Run `body` in a begun write transaction and commit; False if the map filled.
@@ -351,9 +352,7 @@ class Environment:
                 body(view)
                 ops = view.delta_ops()
                 if ops:
-                    objs = self.dbs[OBJECTS]
-                    self.log.append(view.overlay, ops, sync,
-                                    lambda key: ltxn.get(key, db=objs) is not None)
+                    self.log.append(view.overlay, ops, sync, self._holds(ltxn))
             finally:
                 self.end(ltxn, commit=False)
             if ops and view.overlay.end >= self.checkpoint_bytes:
@@ -400,6 +399,16 @@ class Environment:
     def map_size(self) -> int:
         """The current size of this process's map, in bytes."""
         return int(self.env.info()["map_size"])
+
+    def files(self) -> list[str]:
+        """The files that hold the store's data: LMDB's data file and the current generation's commit log."""
+        txn = self.begin(False)
+        try:
+            generation = generation_of(txn, self.dbs[LOG])
+        finally:
+            self.end(txn, commit=False)
+        paths = [os.path.join(self.path, _DATA_FILE), os.path.join(self.path, log_name(generation))]
+        return [p for p in paths if os.path.exists(p)]
 
     def file_bytes(self) -> int:
         """Bytes of the data file in use (the pages up to the last one written) and of the commit log."""

@@ -73,7 +73,7 @@ def record_check(generation: int, offset: int, body: bytes) -> bytes:
 
 def encode_record(generation: int, offset: int, ops: list[tuple[int, bytes, bytes | None]]) -> bytes:
     """The bytes of a log record at `offset` holding `ops` (database index, key, value or None)."""
-    body = cbor2.dumps([[db, key, value] for db, key, value in ops])
+    body = cbor2.dumps(ops)  # each (index, key, value) tuple is a CBOR array of three
     return _RECORD_HEAD.pack(len(body), record_check(generation, offset, body)) + body
 
 
@@ -127,13 +127,17 @@ _ABSENT = object()
 
 class Overlay:
     """One process's copy of a generation's log: each database's writes (`layers`, by index), where the
-    next record goes (`end`), and how many objects the log adds to LMDB's count (`added`)."""
+    next record goes (`end`; 0 until the file's header has been read and checked), and how many objects
+    the log adds to LMDB's count (`added`).
 
-    def __init__(self, generation: int, databases: int, objects: int, rank: tuple[int, ...] | None = None) -> None:
+    `rank` gives, for each database by index, its place in the order a record's writes are taken in
+    (`apply`); `objects` is the index of ``objs``."""
+
+    def __init__(self, generation: int, rank: tuple[int, ...], objects: int) -> None:
         self.generation = generation
-        self._rank = rank or tuple(range(databases))
-        self.layers: list[Layer] = [Layer() for _ in range(databases)]
-        self.end = HEADER_SIZE
+        self._rank = rank
+        self.layers: list[Layer] = [Layer() for _ in rank]
+        self.end = 0
         self.added = 0
         self.records = 0
         self.objects = objects
@@ -141,10 +145,6 @@ class Overlay:
 
     def empty(self) -> bool:
         return self.records == 0
-
-    def lookup(self, db: int, key: bytes) -> object:
-        """The overlay's value for a key (None: deleted), or `_ABSENT` if the log does not touch it."""
-        return self.layers[db].values.get(key, _ABSENT)
 
     def apply(self, ops: list[tuple[int, bytes, bytes | None]], base_has: Callable[[bytes], bool]) -> None:
         """Take in one record's operations; `base_has(key)`: whether LMDB holds an object key.
@@ -388,12 +388,10 @@ class CommitLog:
     """The log files of one store directory, as one process uses them: the current overlay, the open
     file of its generation, and the writer's appends and checkpoints. Thread-safe."""
 
-    def __init__(self, path: str, databases: int, objects: int, marker_db: Any, readonly: bool,
-                 rank: tuple[int, ...]) -> None:
+    def __init__(self, path: str, rank: tuple[int, ...], objects: int, marker_db: Any, readonly: bool) -> None:
         self.path = path
         self._rank = rank
         self._marker_db = marker_db
-        self._databases = databases
         self._objects = objects
         self._readonly = readonly
         self._lock = threading.Lock()
@@ -496,7 +494,7 @@ class CommitLog:
             if ov is None or ov.generation != generation:
                 if ov is not None and ov.generation > generation:
                     raise Stale(False)
-                ov = Overlay(generation, self._databases, self._objects, self._rank)
+                ov = Overlay(generation, self._rank, self._objects)
                 self._overlay = ov
             fd = self._open(generation)
             if fd is None:
@@ -513,12 +511,12 @@ class CommitLog:
         """Take in the whole records after `ov.end`; a writer cuts off what follows the last of them."""
         try:
             size = os.fstat(fd).st_size
-            if size <= ov.end and ov.records:
-                return
-            data = os.pread(fd, size, 0) if not ov.records else os.pread(fd, size - ov.end, ov.end)
+            if ov.end and size <= ov.end:
+                return  # nothing new: one fstat per transaction
+            data = os.pread(fd, size - ov.end, ov.end)
         except OSError as exc:
             raise file_error(self.path, f"reading the commit log {log_name(ov.generation)}", exc) from None
-        if not ov.records:
+        if not ov.end:
             if data[:HEADER_SIZE] != header(ov.generation):
                 raise DamagedData(f"the commit log {self._file(ov.generation)} does not start with the header "
                                   f"of generation {ov.generation}; run `ctxstore fsck`")
@@ -540,7 +538,7 @@ class CommitLog:
                                       "fsck`")
                 break
             try:
-                ops = decode_body(body, self._databases)
+                ops = decode_body(body, len(self._rank))
             except ValueError as exc:
                 raise DamagedData(f"the record at byte {offset} of the commit log {self._file(ov.generation)} "
                                   f"is damaged: {exc}; "
@@ -594,7 +592,7 @@ class CommitLog:
         """After LMDB committed generation `generation` (its marker and the previous log's writes): start
         with an empty overlay and delete the older logs."""
         with self._lock:
-            self._overlay = Overlay(generation, self._databases, self._objects, self._rank)
+            self._overlay = Overlay(generation, self._rank, self._objects)
             self._close_fd()
         self.remove_older(generation)
 
